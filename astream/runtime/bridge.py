@@ -1,0 +1,146 @@
+"""The bridge from synchronous code to astream's event loop thread.
+
+Theory of operation
+-------------------
+Each process has at most one astream event loop, run forever by a daemon thread and created on
+first use. Synchronous callers (the torch dataset, the writer's upload sink, the CLI) hand it
+coroutines and either block on the result (:func:`run`) or get a
+``concurrent.futures.Future`` back (:func:`submit`). Exceptions raised on the loop are re-raised
+in the caller unchanged (same type, same attributes).
+
+Fork safety: a forked child (a DataLoader worker) inherits the parent's memory but not its
+threads, so the inherited loop object is dead. The owning pid is recorded; a process whose pid
+differs builds a fresh loop and thread and never touches the inherited one.
+
+Shutdown: an ``atexit`` hook stops the loop and joins the thread, after giving pending tasks a
+chance to be cancelled, so interpreter exit never hangs on astream.
+
+Calling :func:`run` from the loop thread itself would deadlock; it raises ``RuntimeError``
+instead. Async callers use the async API directly and never come through here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import os
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+__all__ = ["get_loop", "in_loop_thread", "run", "shutdown", "submit"]
+
+
+class _LoopThread:
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=self._main, name="astream-loop", daemon=True)
+        self.thread.start()
+        self._ready.wait()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._ready.set)
+        try:
+            self.loop.run_forever()
+        finally:
+            try:
+                self._cancel_all()
+                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            finally:
+                self.loop.close()
+
+    def _cancel_all(self) -> None:
+        tasks = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.loop.is_closed():
+            return
+        try:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        except RuntimeError:
+            return
+        self.thread.join(timeout)
+
+
+_lock = threading.Lock()
+_current: _LoopThread | None = None
+
+
+def _get() -> _LoopThread:
+    global _current
+    cur = _current
+    if cur is not None and cur.pid == os.getpid() and cur.thread.is_alive():
+        return cur
+    with _lock:
+        cur = _current
+        if cur is None or cur.pid != os.getpid() or not cur.thread.is_alive():
+            # After a fork the inherited loop belongs to a thread that does not exist here:
+            # abandon it without touching it, and start our own.
+            cur = _LoopThread()
+            _current = cur
+        return cur
+
+
+def get_loop() -> asyncio.AbstractEventLoop:
+    """This process's astream loop, started on first use."""
+    return _get().loop
+
+
+def in_loop_thread() -> bool:
+    cur = _current
+    return cur is not None and cur.pid == os.getpid() and threading.current_thread() is cur.thread
+
+
+def submit(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    """Schedule ``coro`` on the loop thread; return a thread-safe future of its result."""
+    return asyncio.run_coroutine_threadsafe(coro, _get().loop)
+
+
+def run(
+    fn: Callable[..., Awaitable[T]] | Coroutine[Any, Any, T],
+    *args: Any,
+    timeout: float | None = None,
+) -> T:
+    """Run a coroutine (or ``fn(*args)``) on the loop thread and wait for its result.
+
+    A ``KeyboardInterrupt`` while waiting cancels the coroutine before propagating.
+    """
+    if in_loop_thread():
+        raise RuntimeError("astream.runtime.bridge.run() called from the loop thread itself")
+    if asyncio.iscoroutine(fn):
+        coro = fn
+    else:
+        coro = fn(*args)  # type: ignore[operator]
+    fut = submit(coro)  # type: ignore[arg-type]
+    try:
+        return fut.result(timeout)
+    except concurrent.futures.TimeoutError:
+        fut.cancel()
+        raise
+    except BaseException:
+        if not fut.done():
+            fut.cancel()
+        raise
+
+
+def shutdown() -> None:
+    """Stop this process's loop thread (idempotent). A later call starts a new one."""
+    global _current
+    with _lock:
+        cur = _current
+        _current = None
+    if cur is not None and cur.pid == os.getpid():
+        cur.stop()
+
+
+atexit.register(shutdown)
