@@ -1,0 +1,191 @@
+"""``az://container/prefix`` and ``azure://container/prefix`` stores over azure-storage-blob aio.
+
+Theory of operation
+-------------------
+A ``ContainerClient`` is made lazily in the running loop on first use and again after fork, on an
+aiohttp session we own (pool of :data:`~astream.storage.common.POOL_SIZE`). Credentials, first
+match wins: the ``connection_string`` option, ``AZURE_STORAGE_CONNECTION_STRING``, or an account
+name (``account_name`` / ``AZURE_STORAGE_ACCOUNT``) with a key (``account_key`` /
+``AZURE_STORAGE_KEY``) or anonymous access. ``endpoint`` (e.g. Azurite's
+``http://127.0.0.1:10000/devstoreaccount1``) overrides the account URL.
+
+The SDK's own retry policy is switched off (``retry_total=0``): its default waits 15 s+ between
+tries and astream retries in one place. Reads ask the SDK for ``[offset, offset+length)`` and
+stream its chunks; ``InvalidRange``/416 means the range starts past the end (empty read). Large
+``put_file`` calls become staged blocks, uploaded concurrently by the SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from azure.core.exceptions import AzureError, HttpResponseError
+from azure.core.pipeline.transport import AioHttpTransport
+from azure.storage.blob.aio import ContainerClient
+
+from astream.errors import ConfigError, StorageError, TransientStorageError
+from astream.storage.base import ObjectInfo
+from astream.storage.common import CHUNK_SIZE, POOL_SIZE, error_for_status, join_key, split_bucket
+
+__all__ = ["AzureBackend"]
+
+
+class AzureBackend:
+    def __init__(
+        self,
+        url: str,
+        *,
+        connection_string: str | None = None,
+        account_name: str | None = None,
+        account_key: str | None = None,
+        endpoint: str | None = None,
+        list_page_size: int = 1000,
+        max_single_put_size: int = 64 << 20,
+        max_block_size: int = 8 << 20,
+        put_concurrency: int = 8,
+    ) -> None:
+        scheme_len = len(url.split("://", 1)[0]) + 3
+        self._url = url.rstrip("/")
+        self.container, self.prefix = split_bucket(self._url, scheme_len)
+        self._conn = connection_string or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+        self._account = account_name or os.environ.get("AZURE_STORAGE_ACCOUNT")
+        self._key_cred = account_key or os.environ.get("AZURE_STORAGE_KEY")
+        self._endpoint = endpoint
+        if not self._conn and not self._account and not endpoint:
+            raise ConfigError(
+                f"url {url!r}: no Azure credentials: set AZURE_STORAGE_CONNECTION_STRING, or "
+                "AZURE_STORAGE_ACCOUNT (+ AZURE_STORAGE_KEY), or pass connection_string=/endpoint="
+            )
+        self.list_page_size = list_page_size
+        self._sdk_options: dict[str, Any] = {
+            "retry_total": 0,
+            "max_single_get_size": CHUNK_SIZE * 4,
+            "max_chunk_get_size": CHUNK_SIZE * 4,
+            "max_single_put_size": max_single_put_size,
+            "max_block_size": max_block_size,
+        }
+        self.put_concurrency = put_concurrency
+        self._client: ContainerClient | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._pid = 0
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def url_for(self, key: str) -> str:
+        scheme = self._url.split("://", 1)[0]
+        return f"{scheme}://{self.container}/{self._key(key)}"
+
+    def _key(self, key: str) -> str:
+        return join_key(self.prefix, key)
+
+    def _get(self) -> ContainerClient:
+        if self._client is not None and self._pid == os.getpid():
+            return self._client
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=POOL_SIZE, limit_per_host=POOL_SIZE),
+            auto_decompress=False,
+        )
+        opts = dict(self._sdk_options)
+        opts["transport"] = AioHttpTransport(session=self._session, session_owner=False)
+        if self._conn and not self._endpoint:
+            client = ContainerClient.from_connection_string(self._conn, self.container, **opts)
+        else:
+            account_url = self._endpoint or f"https://{self._account}.blob.core.windows.net"
+            cred: Any = None
+            if self._key_cred and self._account:
+                cred = {"account_name": self._account, "account_key": self._key_cred}
+            client = ContainerClient(account_url, self.container, credential=cred, **opts)
+        self._client, self._pid = client, os.getpid()
+        return client
+
+    def _map(self, exc: BaseException, key: str) -> StorageError:
+        url = self.url_for(key)
+        if isinstance(exc, HttpResponseError) and exc.status_code:
+            code = str(getattr(exc, "error_code", "") or "")
+            if code in ("ServerBusy", "OperationTimedOut"):
+                return error_for_status(429, url, code)
+            return error_for_status(exc.status_code, url, code)
+        return TransientStorageError(f"{type(exc).__name__}: {exc}", url)
+
+    _ERRORS = (AzureError, aiohttp.ClientError, OSError, asyncio.TimeoutError)
+
+    async def iter_range(self, key: str, start: int, end: int | None) -> AsyncIterator[bytes]:
+        blob = self._get().get_blob_client(self._key(key))
+        length = None if end is None else end - start
+        try:
+            dl = await blob.download_blob(offset=start, length=length, max_concurrency=1)
+        except HttpResponseError as exc:
+            if exc.status_code == 416:
+                return
+            raise self._map(exc, key) from exc
+        except self._ERRORS as exc:
+            raise self._map(exc, key) from exc
+        chunks = dl.chunks()
+        while True:
+            try:
+                chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                return
+            except self._ERRORS as exc:
+                raise self._map(exc, key) from exc
+            yield chunk
+
+    async def head(self, key: str) -> ObjectInfo:
+        blob = self._get().get_blob_client(self._key(key))
+        try:
+            p = await blob.get_blob_properties()
+        except self._ERRORS as exc:
+            raise self._map(exc, key) from exc
+        return ObjectInfo(key, int(p.size), p.etag)
+
+    async def list_page(
+        self, prefix: str, token: str | None
+    ) -> tuple[list[ObjectInfo], str | None]:
+        full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        try:
+            pages: Any = (
+                self._get()
+                .list_blobs(name_starts_with=full or None, results_per_page=self.list_page_size)
+                .by_page(continuation_token=token)
+            )
+            page = await pages.__anext__()
+            items = [ObjectInfo(b.name[cut:], int(b.size), b.etag) async for b in page]
+        except StopAsyncIteration:
+            return [], None
+        except self._ERRORS as exc:
+            raise self._map(exc, prefix) from exc
+        return items, pages.continuation_token or None
+
+    async def put(self, key: str, data: bytes) -> None:
+        blob = self._get().get_blob_client(self._key(key))
+        try:
+            await blob.upload_blob(data, overwrite=True, max_concurrency=self.put_concurrency)
+        except self._ERRORS as exc:
+            raise self._map(exc, key) from exc
+
+    async def put_file(self, key: str, path: str) -> None:
+        blob = self._get().get_blob_client(self._key(key))
+        size = os.path.getsize(path)
+        try:
+            with open(path, "rb") as f:
+                await blob.upload_blob(
+                    f, length=size, overwrite=True, max_concurrency=self.put_concurrency
+                )
+        except self._ERRORS as exc:
+            raise self._map(exc, key) from exc
+
+    async def aclose(self) -> None:
+        client, session, self._client, self._session = self._client, self._session, None, None
+        if self._pid != os.getpid():
+            return
+        if client is not None:
+            await client.close()
+        if session is not None and not session.closed:
+            await session.close()

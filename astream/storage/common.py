@@ -1,0 +1,115 @@
+"""What every backend shares: the raw-backend protocol, key/URL joining, HTTP error mapping.
+
+Theory of operation
+-------------------
+A *backend* (``local``, ``http``, ``s3``, ``gcs``, ``azure``) implements :class:`RawBackend`: the
+smallest set of single-request operations, each mapping its SDK's failures onto the
+:mod:`astream.errors` tree and nothing more. It never retries and never sleeps.
+:class:`astream.storage.retry.RetryingStore` turns a backend into a full
+:class:`~astream.storage.base.ObjectStore`: it adds deadlines, bounded retries and the resumption
+of truncated bodies, once, for everybody.
+
+A streamed body that stops before the length the server announced is a transient fault; the
+backend raises :class:`TransientStorageError` and the retry layer re-requests only the bytes it
+has not received yet.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from astream.errors import (
+    AccessDeniedError,
+    ConfigError,
+    ObjectNotFoundError,
+    StorageError,
+    ThrottledError,
+    TransientStorageError,
+)
+from astream.storage.base import ObjectInfo
+
+__all__ = [
+    "CHUNK_SIZE",
+    "POOL_SIZE",
+    "RawBackend",
+    "error_for_status",
+    "join_key",
+    "range_header",
+    "split_bucket",
+]
+
+CHUNK_SIZE = 1 << 20
+"""Bytes per chunk when streaming a body."""
+
+POOL_SIZE = 64
+"""Connections per store: enough for the prefetcher's ~64 concurrent ranged reads."""
+
+
+class RawBackend(Protocol):
+    """One backend's single-shot operations (no retries). Keys are relative to ``url``."""
+
+    @property
+    def url(self) -> str: ...
+
+    def url_for(self, key: str) -> str: ...
+
+    def iter_range(self, key: str, start: int, end: int | None) -> AsyncIterator[bytes]:
+        """Chunks of bytes ``[start, end)``; nothing when ``start`` is past the end."""
+        ...
+
+    async def head(self, key: str) -> ObjectInfo: ...
+
+    async def list_page(
+        self, prefix: str, token: str | None
+    ) -> tuple[list[ObjectInfo], str | None]:
+        """One page of objects under ``prefix`` and the token of the next page (or None)."""
+        ...
+
+    async def put(self, key: str, data: bytes) -> None: ...
+
+    async def put_file(self, key: str, path: str) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+def join_key(prefix: str, key: str) -> str:
+    """``prefix/key`` with exactly one slash; rejects keys escaping the root."""
+    if key.startswith("/") or ".." in key.split("/"):
+        raise ConfigError(f"key {key!r}: must be relative and must not contain '..'")
+    if not prefix:
+        return key
+    return posixpath.join(prefix.rstrip("/"), key) if key else prefix.rstrip("/")
+
+
+def split_bucket(url: str, scheme_len: int) -> tuple[str, str]:
+    """``s3://bucket/a/b`` -> (``bucket``, ``a/b``)."""
+    rest = url[scheme_len:]
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise ConfigError(f"url {url!r}: no bucket/container name")
+    return bucket, prefix.strip("/")
+
+
+def range_header(start: int, end: int | None) -> str | None:
+    """The ``Range`` header value for ``[start, end)``, or None for the whole object."""
+    if start == 0 and end is None:
+        return None
+    if end is None:
+        return f"bytes={start}-"
+    return f"bytes={start}-{end - 1}"
+
+
+def error_for_status(status: int, url: str, detail: str = "") -> StorageError:
+    """The astream error for an HTTP status from any object store."""
+    what = f"HTTP {status}" + (f" {detail}" if detail else "")
+    if status == 404:
+        return ObjectNotFoundError(f"not found ({what})", url)
+    if status in (401, 403):
+        return AccessDeniedError(f"access denied ({what})", url)
+    if status == 429 or (status == 503 and "slow" in detail.lower()):
+        return ThrottledError(f"throttled ({what})", url)
+    if status in (408, 500, 502, 503, 504) or status >= 500:
+        return TransientStorageError(f"server error ({what})", url)
+    return StorageError(f"request failed ({what})", url, retryable=False)

@@ -1,0 +1,154 @@
+"""``gs://bucket/prefix`` stores over gcloud-aio-storage.
+
+Theory of operation
+-------------------
+gcloud-aio-storage talks to the GCS JSON API with an aiohttp session we own (made lazily in the
+running loop, re-made after fork, pool of :data:`~astream.storage.common.POOL_SIZE`). Credentials:
+``service_file`` option, else ``GOOGLE_APPLICATION_CREDENTIALS``/the metadata server, as the
+library resolves them. ``STORAGE_EMULATOR_HOST`` (or the ``api_root`` option) points it at an
+emulator and turns authentication off.
+
+The library retries nothing and raises ``aiohttp.ClientResponseError`` for statuses >= 400; we map
+those (416 -> empty read past the end) and connection failures onto the astream tree. Reads stream
+through ``download_stream``; a body cut short raises ``ClientPayloadError`` -> transient, and the
+retry layer resumes it. Large ``put_file`` calls use the resumable upload protocol.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from gcloud.aio.storage import Storage
+
+from astream.errors import StorageError
+from astream.storage.base import ObjectInfo
+from astream.storage.common import CHUNK_SIZE, join_key, range_header, split_bucket
+from astream.storage.http import LazySession, map_aiohttp_error
+
+__all__ = ["GcsBackend"]
+
+
+class GcsBackend:
+    def __init__(
+        self,
+        url: str,
+        *,
+        service_file: str | None = None,
+        api_root: str | None = None,
+        list_page_size: int = 1000,
+        resumable_threshold: int = 5 << 20,
+    ) -> None:
+        scheme_len = len("gs://") if url.startswith("gs://") else len("gcs://")
+        self._url = url.rstrip("/")
+        self.bucket, self.prefix = split_bucket(self._url, scheme_len)
+        self.service_file = service_file
+        self.api_root = api_root
+        self.list_page_size = list_page_size
+        self.resumable_threshold = resumable_threshold
+        self._session = LazySession()
+        self._storage: Storage | None = None
+        self._pid = 0
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def url_for(self, key: str) -> str:
+        return f"gs://{self.bucket}/{self._key(key)}"
+
+    def _key(self, key: str) -> str:
+        return join_key(self.prefix, key)
+
+    def _client(self) -> Storage:
+        if self._storage is None or self._pid != os.getpid():
+            self._storage = Storage(
+                service_file=self.service_file,
+                session=self._session.get(),  # type: ignore[arg-type]
+                api_root=self.api_root,
+            )
+            self._pid = os.getpid()
+        return self._storage
+
+    def _map(self, exc: BaseException, key: str) -> StorageError:
+        return map_aiohttp_error(exc, self.url_for(key))
+
+    _ERRORS = (aiohttp.ClientError, OSError)
+
+    async def iter_range(self, key: str, start: int, end: int | None) -> AsyncIterator[bytes]:
+        rng = range_header(start, end)
+        headers = {"Range": rng} if rng else {}
+        try:
+            stream = await self._client().download_stream(
+                self.bucket, self._key(key), headers=headers
+            )
+        except aiohttp.ClientResponseError as exc:
+            if exc.status == 416:
+                return
+            raise self._map(exc, key) from exc
+        except self._ERRORS as exc:
+            raise self._map(exc, key) from exc
+        async with stream as resp:
+            try:
+                async for chunk in resp.content.iter_chunked(CHUNK_SIZE):
+                    yield chunk
+            except self._ERRORS as exc:
+                raise self._map(exc, key) from exc
+
+    async def head(self, key: str) -> ObjectInfo:
+        try:
+            meta = await self._client().download_metadata(self.bucket, self._key(key))
+        except self._ERRORS as exc:
+            raise self._map(exc, key) from exc
+        return ObjectInfo(key, int(meta["size"]), meta.get("etag") or meta.get("md5Hash"))
+
+    async def list_page(
+        self, prefix: str, token: str | None
+    ) -> tuple[list[ObjectInfo], str | None]:
+        full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
+        params = {"prefix": full, "maxResults": str(self.list_page_size)}
+        if token:
+            params["pageToken"] = token
+        try:
+            r: dict[str, Any] = await self._client().list_objects(self.bucket, params=params)
+        except self._ERRORS as exc:
+            raise self._map(exc, prefix) from exc
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        items = [
+            ObjectInfo(o["name"][cut:], int(o["size"]), o.get("etag")) for o in r.get("items", [])
+        ]
+        items.sort(key=lambda o: o.key)
+        return items, r.get("nextPageToken") or None
+
+    async def put(self, key: str, data: bytes) -> None:
+        try:
+            await self._client().upload(
+                self.bucket,
+                self._key(key),
+                data,
+                content_type="application/octet-stream",
+                force_resumable_upload=len(data) > self.resumable_threshold,
+            )
+        except self._ERRORS as exc:
+            raise self._map(exc, key) from exc
+
+    async def put_file(self, key: str, path: str) -> None:
+        size = os.path.getsize(path)
+        try:
+            with open(path, "rb") as f:
+                await self._client().upload(
+                    self.bucket,
+                    self._key(key),
+                    f,
+                    content_type="application/octet-stream",
+                    force_resumable_upload=size > self.resumable_threshold,
+                    timeout=max(30, size >> 20),
+                )
+        except self._ERRORS as exc:
+            raise self._map(exc, key) from exc
+
+    async def aclose(self) -> None:
+        self._storage = None
+        await self._session.aclose()

@@ -1,0 +1,69 @@
+"""URL scheme -> backend, with an install hint when a backend's extra is missing.
+
+Theory of operation
+-------------------
+``open_store(url)`` picks a backend by the URL's scheme, imports its module only then (so a cloud
+SDK is imported only when its scheme is used), builds the raw backend with ``**options`` and wraps
+it in :class:`~astream.storage.retry.RetryingStore`. Construction does no I/O and creates no
+session: that happens on first use, inside the running event loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any
+
+from astream.errors import ConfigError
+from astream.storage.base import ObjectStore
+from astream.storage.retry import RetryingStore, RetryPolicy
+
+__all__ = ["SCHEMES", "open_store", "scheme_of"]
+
+# scheme -> (module, class, extra, the top-level SDK modules the extra provides)
+SCHEMES: dict[str, tuple[str, str, str | None, tuple[str, ...]]] = {
+    "file": ("astream.storage.local", "LocalBackend", None, ()),
+    "http": ("astream.storage.http", "HttpBackend", None, ("aiohttp",)),
+    "https": ("astream.storage.http", "HttpBackend", None, ("aiohttp",)),
+    "s3": ("astream.storage.s3", "S3Backend", "s3", ("aiobotocore", "botocore")),
+    "gs": ("astream.storage.gcs", "GcsBackend", "gcs", ("gcloud",)),
+    "gcs": ("astream.storage.gcs", "GcsBackend", "gcs", ("gcloud",)),
+    "az": ("astream.storage.azure", "AzureBackend", "azure", ("azure",)),
+    "azure": ("astream.storage.azure", "AzureBackend", "azure", ("azure",)),
+}
+
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+def scheme_of(url: str) -> str:
+    """``"s3"`` for ``s3://b/p``; ``"file"`` for plain paths and ``file://`` URLs."""
+    m = _SCHEME.match(url)
+    return m.group(1).lower() if m else "file"
+
+
+def open_store(url: str, *, retry: RetryPolicy | None = None, **options: Any) -> ObjectStore:
+    """An :class:`ObjectStore` rooted at ``url``, with ``retry`` applied to every operation."""
+    if not isinstance(url, str) or not url:
+        raise ConfigError(f"url must be a non-empty string, got {url!r}")
+    scheme = scheme_of(url)
+    entry = SCHEMES.get(scheme)
+    if entry is None:
+        known = ", ".join(sorted(f"{s}://" for s in SCHEMES))
+        raise ConfigError(f"url {url!r}: unknown scheme {scheme!r} (known: {known}, or a path)")
+    module_name, cls_name, extra, sdks = entry
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        top = (getattr(exc, "name", None) or "").split(".")[0]
+        if extra is not None and top in sdks:
+            raise ConfigError(
+                f"url {url!r} needs the {extra!r} extra: pip install 'astream[{extra}]'"
+            ) from exc
+        raise
+    cls = getattr(module, cls_name)
+    try:
+        raw = cls(url, **options)
+    except TypeError as exc:
+        raise ConfigError(f"open_store({url!r}): bad option for {scheme}:// ({exc})") from exc
+    store: ObjectStore = RetryingStore(raw, retry)
+    return store

@@ -1,0 +1,210 @@
+"""Reliability in one place: deadlines, bounded retries with jittered backoff, resumed bodies.
+
+Theory of operation
+-------------------
+:class:`RetryingStore` wraps any :class:`~astream.storage.common.RawBackend` and is the
+:class:`~astream.storage.base.ObjectStore` every caller sees. Each operation runs as a series of
+*attempts*:
+
+- An attempt is bounded by ``policy.timeout``. For streamed bodies that bound is an *inactivity*
+  timeout: it is pushed back each time a chunk arrives, so a large, steadily flowing download is
+  never cut, while a stalled one is.
+- Only :class:`~astream.errors.TransientStorageError` (5xx, throttling, resets, timeouts,
+  truncated bodies) starts another attempt. ``ObjectNotFoundError``/``AccessDeniedError`` and
+  every other error propagate at once: a 404 costs exactly one request.
+- Between attempts we wait a "full jitter" backoff: uniform in ``[0, min(max, base * 2**n))``.
+- A body cut in the middle is not re-downloaded: the next attempt asks for the range starting at
+  the first byte not yet received, and the chunks are stitched together.
+- ``policy.deadline`` bounds the whole operation (attempts and waits). When it runs out the error
+  is a :class:`~astream.errors.StorageTimeoutError` naming the URL and the last fault; when the
+  attempts run out, the last transient error is raised as is (it names the URL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from astream.errors import ConfigError, StorageTimeoutError, TransientStorageError
+from astream.storage.base import ObjectInfo
+from astream.storage.common import RawBackend
+
+__all__ = ["RetryPolicy", "RetryingStore"]
+
+T = TypeVar("T")
+_Page = tuple[list[ObjectInfo], str | None]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard to try. ``timeout`` is per request; ``deadline`` (if set) per operation."""
+
+    attempts: int = 5
+    timeout: float = 60.0
+    deadline: float | None = None
+    backoff_base: float = 0.1
+    backoff_max: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ConfigError(f"RetryPolicy.attempts must be >= 1, got {self.attempts}")
+        if self.timeout <= 0:
+            raise ConfigError(f"RetryPolicy.timeout must be > 0, got {self.timeout}")
+        if self.deadline is not None and self.deadline <= 0:
+            raise ConfigError(f"RetryPolicy.deadline must be > 0, got {self.deadline}")
+        if self.backoff_base < 0 or self.backoff_max < 0:
+            raise ConfigError("RetryPolicy.backoff_base/backoff_max must be >= 0")
+
+    def backoff(self, failures: int, rng: random.Random) -> float:
+        """Seconds to wait after the ``failures``-th consecutive failure (1-based)."""
+        cap = min(self.backoff_max, self.backoff_base * (2 ** (failures - 1)))
+        return rng.uniform(0.0, cap)
+
+
+class _Budget:
+    """Attempts and deadline of one operation."""
+
+    def __init__(self, policy: RetryPolicy, url: str) -> None:
+        self.policy = policy
+        self.url = url
+        loop = asyncio.get_running_loop()
+        self.loop = loop
+        self.end = None if policy.deadline is None else loop.time() + policy.deadline
+        self.failures = 0
+
+    def request_timeout(self) -> float:
+        t = self.policy.timeout
+        if self.end is not None:
+            t = min(t, self.end - self.loop.time())
+        if t <= 0:
+            raise self.expired(None)
+        return t
+
+    def expired(self, last: BaseException | None) -> StorageTimeoutError:
+        why = f"; last error: {last}" if last is not None else ""
+        return StorageTimeoutError(
+            f"deadline of {self.policy.deadline}s exceeded after {self.failures} failed "
+            f"attempt(s){why}",
+            self.url,
+        )
+
+    async def failed(self, err: TransientStorageError, rng: random.Random) -> None:
+        """Record a transient failure; re-raise if the budget is spent, else back off."""
+        self.failures += 1
+        if self.failures >= self.policy.attempts:
+            raise err
+        delay = self.policy.backoff(self.failures, rng)
+        if self.end is not None and self.loop.time() + delay >= self.end:
+            raise self.expired(err) from err
+        await asyncio.sleep(delay)
+
+
+def _as_transient(exc: BaseException, url: str, timeout: float) -> TransientStorageError:
+    if isinstance(exc, TransientStorageError):
+        return exc
+    return StorageTimeoutError(f"no response within {timeout:.3g}s", url)
+
+
+class RetryingStore:
+    """An :class:`~astream.storage.base.ObjectStore` over a raw backend, with retries."""
+
+    def __init__(self, raw: RawBackend, policy: RetryPolicy | None = None) -> None:
+        self.raw = raw
+        self.policy = policy or RetryPolicy()
+        self._rng = random.Random()
+
+    @property
+    def url(self) -> str:
+        return self.raw.url
+
+    def url_for(self, key: str) -> str:
+        return self.raw.url_for(key)
+
+    def __repr__(self) -> str:
+        return f"{type(self.raw).__name__}({self.url!r})"
+
+    async def _call(self, key: str, op: Callable[[], Awaitable[T]]) -> T:
+        budget = _Budget(self.policy, self.raw.url_for(key))
+        while True:
+            timeout = budget.request_timeout()
+            try:
+                async with asyncio.timeout(timeout):
+                    return await op()
+            except (TransientStorageError, TimeoutError) as exc:
+                await budget.failed(_as_transient(exc, budget.url, timeout), self._rng)
+
+    async def _stream(
+        self, key: str, start: int, end: int | None, sink: Callable[[bytes], object]
+    ) -> int:
+        """Feed bytes ``[start, end)`` to ``sink``, resuming after truncation; return count."""
+        budget = _Budget(self.policy, self.raw.url_for(key))
+        got = 0
+        loop = asyncio.get_running_loop()
+        while True:
+            timeout = budget.request_timeout()
+            try:
+                async with asyncio.timeout(timeout) as cm:
+                    it = self.raw.iter_range(key, start + got, end)
+                    try:
+                        async for chunk in it:
+                            sink(chunk)
+                            got += len(chunk)
+                            cm.reschedule(loop.time() + budget.request_timeout())
+                    finally:
+                        await it.aclose()  # type: ignore[attr-defined]
+                return got
+            except (TransientStorageError, TimeoutError) as exc:
+                await budget.failed(_as_transient(exc, budget.url, timeout), self._rng)
+
+    async def get_range(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        if start < 0 or (end is not None and end < start):
+            raise ConfigError(f"get_range({key!r}): bad range start={start} end={end}")
+        if end is not None and end == start:
+            return b""
+        parts: list[bytes] = []
+        await self._stream(key, start, end, parts.append)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def get_to_file(self, key: str, path: str) -> int:
+        copy = getattr(self.raw, "copy_to_file", None)
+        if copy is not None:
+            size: int = await self._call(key, lambda: copy(key, path))
+            return size
+        with open(path, "wb") as f:
+            return await self._stream(key, 0, None, f.write)
+
+    async def head(self, key: str) -> ObjectInfo:
+        return await self._call(key, lambda: self.raw.head(key))
+
+    async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        token: str | None = None
+        while True:
+            items, token = await self._call(prefix, self._page(prefix, token))
+            for item in items:
+                yield item
+            if token is None:
+                return
+
+    def _page(self, prefix: str, token: str | None) -> Callable[[], Awaitable[_Page]]:
+        return lambda: self.raw.list_page(prefix, token)
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self._call(key, lambda: self.raw.put(key, data))
+
+    async def put_file(self, key: str, path: str) -> None:
+        if not os.path.isfile(path):
+            raise ConfigError(f"put_file({key!r}): {path!r} is not a file")
+        await self._call(key, lambda: self.raw.put_file(key, path))
+
+    async def aclose(self) -> None:
+        await self.raw.aclose()
+
+    async def __aenter__(self) -> RetryingStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,262 @@
+"""``s3://bucket/prefix`` stores over aiobotocore (AWS S3 and S3-compatible: R2, MinIO, moto).
+
+Theory of operation
+-------------------
+The aiobotocore client is created lazily in the running loop on first use (never at
+construction) and again in a forked child. It uses the standard AWS credential chain; options:
+``endpoint_url`` (else ``S3_ENDPOINT_URL`` or ``AWS_ENDPOINT_URL``), ``region``, ``path_style``
+(path-style addressing, what most S3-compatible servers want), ``unsigned`` (public buckets),
+``list_page_size``, ``multipart_threshold`` and ``part_size``. The SDK's own retries are off
+(``total_max_attempts=1``): astream retries in one place, :mod:`astream.storage.retry`.
+
+Errors: ``NoSuchKey``/404 -> not found, 403 -> access denied, ``InvalidRange``/416 -> an empty
+read (range past the end), ``SlowDown``/429/503 -> throttled, other 5xx, connection failures and
+a streamed body shorter than its Content-Length (``IncompleteReadError``) -> transient.
+``put_file`` above ``multipart_threshold`` uploads ``part_size`` parts concurrently and aborts
+the upload on failure so no orphan parts are left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiobotocore.session
+import botocore.exceptions
+from aiobotocore.config import AioConfig
+from botocore import UNSIGNED
+
+from astream.errors import ConfigError, StorageError, TransientStorageError
+from astream.storage.base import ObjectInfo
+from astream.storage.common import (
+    CHUNK_SIZE,
+    POOL_SIZE,
+    error_for_status,
+    join_key,
+    range_header,
+    split_bucket,
+)
+
+__all__ = ["S3Backend"]
+
+_NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NotFound", "404"}
+_THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded"}
+
+
+class S3Backend:
+    def __init__(
+        self,
+        url: str,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        path_style: bool = False,
+        unsigned: bool = False,
+        list_page_size: int = 1000,
+        multipart_threshold: int = 64 << 20,
+        part_size: int = 16 << 20,
+        part_concurrency: int = 8,
+    ) -> None:
+        if part_size < 5 << 20:
+            raise ConfigError(f"part_size must be >= 5 MiB for S3, got {part_size}")
+        self._url = url.rstrip("/")
+        self.bucket, self.prefix = split_bucket(self._url, len("s3://"))
+        self.endpoint_url = (
+            endpoint_url or os.environ.get("S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+        )
+        self.region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        self.path_style = path_style
+        self.unsigned = unsigned
+        self.list_page_size = list_page_size
+        self.multipart_threshold = multipart_threshold
+        self.part_size = part_size
+        self.part_concurrency = part_concurrency
+        self._client: Any = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._pid = 0
+        self._lock: asyncio.Lock | None = None
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    def url_for(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self._key(key)}"
+
+    def _key(self, key: str) -> str:
+        return join_key(self.prefix, key)
+
+    async def _get_client(self) -> Any:
+        if self._client is not None and self._pid == os.getpid():
+            return self._client
+        if self._pid != os.getpid():  # a forked child: drop the parent's client untouched
+            self._client, self._stack, self._lock = None, None, None
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._client is None:
+                config = AioConfig(
+                    max_pool_connections=POOL_SIZE,
+                    retries={"total_max_attempts": 1, "mode": "standard"},
+                    s3={"addressing_style": "path" if self.path_style else "auto"},
+                    signature_version=UNSIGNED if self.unsigned else None,
+                    connect_timeout=30,
+                    read_timeout=60,
+                )
+                stack = contextlib.AsyncExitStack()
+                session = aiobotocore.session.get_session()
+                self._client = await stack.enter_async_context(
+                    session.create_client(
+                        "s3",
+                        endpoint_url=self.endpoint_url,
+                        region_name=self.region or "us-east-1",
+                        config=config,
+                    )
+                )
+                self._stack = stack
+                self._pid = os.getpid()
+        return self._client
+
+    def _map(self, exc: Exception, key: str) -> StorageError:
+        url = self.url_for(key)
+        if isinstance(exc, botocore.exceptions.ClientError):
+            err = exc.response.get("Error", {})
+            code = str(err.get("Code", ""))
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+            if code in _NOT_FOUND:
+                status = 404
+            elif code in _THROTTLED:
+                status = 429
+            return error_for_status(status, url, code)
+        if isinstance(exc, botocore.exceptions.NoCredentialsError):
+            return StorageError(f"no AWS credentials found ({exc})", url, retryable=False)
+        return TransientStorageError(f"{type(exc).__name__}: {exc}", url)
+
+    _TRANSIENT: tuple[type[Exception], ...] = (
+        botocore.exceptions.ClientError,
+        botocore.exceptions.BotoCoreError,
+        OSError,
+        asyncio.TimeoutError,
+    )
+
+    async def iter_range(self, key: str, start: int, end: int | None) -> AsyncIterator[bytes]:
+        client = await self._get_client()
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key)}
+        rng = range_header(start, end)
+        if rng:
+            kwargs["Range"] = rng
+        try:
+            resp = await client.get_object(**kwargs)
+        except botocore.exceptions.ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code == "InvalidRange":
+                return
+            raise self._map(exc, key) from exc
+        except self._TRANSIENT as exc:
+            raise self._map(exc, key) from exc
+        body = resp["Body"]
+        try:
+            while True:
+                try:
+                    chunk = await body.read(CHUNK_SIZE)
+                except self._TRANSIENT as exc:
+                    raise self._map(exc, key) from exc
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            body.close()
+
+    async def head(self, key: str) -> ObjectInfo:
+        client = await self._get_client()
+        try:
+            r = await client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except self._TRANSIENT as exc:
+            raise self._map(exc, key) from exc
+        return ObjectInfo(key, int(r["ContentLength"]), r.get("ETag"))
+
+    async def list_page(
+        self, prefix: str, token: str | None
+    ) -> tuple[list[ObjectInfo], str | None]:
+        client = await self._get_client()
+        full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Prefix": full,
+            "MaxKeys": self.list_page_size,
+        }
+        if token:
+            kwargs["ContinuationToken"] = token
+        try:
+            r = await client.list_objects_v2(**kwargs)
+        except self._TRANSIENT as exc:
+            raise self._map(exc, prefix) from exc
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        items = [
+            ObjectInfo(o["Key"][cut:], int(o["Size"]), o.get("ETag")) for o in r.get("Contents", [])
+        ]
+        return items, (r.get("NextContinuationToken") if r.get("IsTruncated") else None)
+
+    async def put(self, key: str, data: bytes) -> None:
+        client = await self._get_client()
+        try:
+            await client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        except self._TRANSIENT as exc:
+            raise self._map(exc, key) from exc
+
+    async def put_file(self, key: str, path: str) -> None:
+        size = os.path.getsize(path)
+        if size <= self.multipart_threshold:
+            with open(path, "rb") as f:
+                data = f.read()
+            await self.put(key, data)
+            return
+        await self._multipart(key, path, size)
+
+    async def _multipart(self, key: str, path: str, size: int) -> None:
+        client = await self._get_client()
+        full = self._key(key)
+        try:
+            up = await client.create_multipart_upload(Bucket=self.bucket, Key=full)
+        except self._TRANSIENT as exc:
+            raise self._map(exc, key) from exc
+        upload_id = up["UploadId"]
+        sem = asyncio.Semaphore(self.part_concurrency)
+
+        async def part(n: int, offset: int) -> dict[str, Any]:
+            async with sem:
+                data = await asyncio.to_thread(_read_at, path, offset, self.part_size)
+                r = await client.upload_part(
+                    Bucket=self.bucket, Key=full, UploadId=upload_id, PartNumber=n, Body=data
+                )
+                return {"PartNumber": n, "ETag": r["ETag"]}
+
+        try:
+            parts = await asyncio.gather(
+                *(part(i + 1, off) for i, off in enumerate(range(0, size, self.part_size)))
+            )
+            await client.complete_multipart_upload(
+                Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}
+            )
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                await client.abort_multipart_upload(
+                    Bucket=self.bucket, Key=full, UploadId=upload_id
+                )
+            if isinstance(exc, self._TRANSIENT):
+                raise self._map(exc, key) from exc
+            raise
+
+    async def aclose(self) -> None:
+        stack, self._stack, self._client = self._stack, None, None
+        if stack is not None and self._pid == os.getpid():
+            await stack.aclose()
+
+
+def _read_at(path: str, offset: int, n: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(n)
