@@ -1,0 +1,137 @@
+"""A measuring, latency- and bandwidth-shaping HTTP proxy for the cold-storage scenarios.
+
+Theory of operation
+-------------------
+The proxy sits between a library's S3 client and the S3 emulator. Every request waits
+``latency_ms`` before it is forwarded (a fixed per-request cost, like a real object store's
+first-byte latency); response bodies are streamed back in chunks, paced so that the whole
+proxy never exceeds ``bandwidth_mbps`` (0 = unlimited). It counts requests and body bytes in
+both directions, which is how the benchmark measures what each library transferred.
+
+Control endpoints live under ``/__bench__/`` (an S3 bucket name cannot contain ``_``):
+``GET stats`` returns the counters as JSON, ``POST reset`` zeroes them, ``POST config`` with
+query ``latency_ms`` / ``bandwidth_mbps`` changes the shaping. Run as a process:
+``python -m benchmarks.proxy --upstream http://127.0.0.1:PORT``; it prints ``READY <port>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+
+import aiohttp
+from aiohttp import web
+
+_HOP = {"connection", "keep-alive", "transfer-encoding", "upgrade", "proxy-connection", "te"}
+
+
+class Proxy:
+    def __init__(self, upstream: str, latency_ms: float = 0.0, bandwidth_mbps: float = 0.0):
+        self.upstream = upstream.rstrip("/")
+        self.latency_ms = latency_ms
+        self.bandwidth_mbps = bandwidth_mbps
+        self.session: aiohttp.ClientSession | None = None
+        self._pace_lock = asyncio.Lock()
+        self._next_free = 0.0
+        self.reset()
+
+    def reset(self) -> None:
+        self.requests = 0
+        self.ranged_requests = 0
+        self.bytes_out = 0
+        self.bytes_in = 0
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "requests": self.requests,
+            "ranged_requests": self.ranged_requests,
+            "bytes_out": self.bytes_out,
+            "bytes_in": self.bytes_in,
+            "latency_ms": self.latency_ms,
+            "bandwidth_mbps": self.bandwidth_mbps,
+        }
+
+    async def _pace(self, nbytes: int) -> None:
+        if self.bandwidth_mbps <= 0:
+            return
+        async with self._pace_lock:
+            now = time.monotonic()
+            start = max(now, self._next_free)
+            self._next_free = start + nbytes / (self.bandwidth_mbps * 1e6)
+            delay = self._next_free - now
+        await asyncio.sleep(delay)
+
+    async def control(self, request: web.Request) -> web.Response:
+        what = request.match_info["what"]
+        if what == "reset":
+            self.reset()
+        elif what == "config":
+            q = request.query
+            self.latency_ms = float(q.get("latency_ms", self.latency_ms))
+            self.bandwidth_mbps = float(q.get("bandwidth_mbps", self.bandwidth_mbps))
+        elif what != "stats":
+            raise web.HTTPNotFound()
+        return web.json_response(self.stats())
+
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        assert self.session is not None
+        self.requests += 1
+        if "Range" in request.headers:
+            self.ranged_requests += 1
+        body = await request.read()
+        self.bytes_in += len(body)
+        if self.latency_ms > 0:
+            await asyncio.sleep(self.latency_ms / 1000)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        url = self.upstream + request.raw_path
+        async with self.session.request(
+            request.method, url, headers=headers, data=body or None, allow_redirects=False
+        ) as up:
+            resp = web.StreamResponse(status=up.status)
+            for k, v in up.headers.items():
+                if k.lower() not in _HOP:
+                    resp.headers.add(k, v)
+            await resp.prepare(request)
+            async for chunk in up.content.iter_chunked(1 << 18):
+                await self._pace(len(chunk))
+                self.bytes_out += len(chunk)
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+
+
+async def serve(upstream: str, port: int, latency_ms: float, bandwidth_mbps: float) -> None:
+    proxy = Proxy(upstream, latency_ms, bandwidth_mbps)
+    connector = aiohttp.TCPConnector(limit=256)
+    proxy.session = aiohttp.ClientSession(
+        connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
+    )
+    app = web.Application(client_max_size=1 << 31)
+    app.router.add_route("*", "/__bench__/{what}", proxy.control)
+    app.router.add_route("*", "/{tail:.*}", proxy.forward)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    print(f"READY {bound}", flush=True)
+    await asyncio.Event().wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--upstream", required=True)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--latency-ms", type=float, default=0.0)
+    ap.add_argument("--bandwidth-mbps", type=float, default=0.0)
+    a = ap.parse_args()
+    try:
+        asyncio.run(serve(a.upstream, a.port, a.latency_ms, a.bandwidth_mbps))
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Scenario bodies shared by every library's runner; a library plugs in through an Adapter.
+
+Theory of operation
+-------------------
+A runner process gets one JSON spec, builds its library's :class:`Adapter`, and calls the
+scenario function named by ``spec["scenario"]``. The scenario bodies are identical for all
+libraries (same timers, same collate, same counting), so the figures differ only by what each
+library's dataset/loader does. Each scenario returns a flat dict of numbers; peak RSS of the
+runner's process tree (DataLoader workers included) is added to every result.
+
+Timing rules: ``time.perf_counter``; time to first batch is measured from the creation of the
+dataset object (cold: that includes fetching the index) to the first collated batch in hand.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.runners.rss import PeakRSS
+from benchmarks.workloads import Source
+
+
+class NotBuilt(Exception):
+    """The library side of this scenario does not exist (yet); reported as n/a."""
+
+
+class Adapter:
+    name = "?"
+
+    def write(self, spec: dict[str, Any], source: Source, out: Path) -> None:
+        raise NotBuilt("write")
+
+    def dataset(self, spec: dict[str, Any], cold: bool) -> Any:
+        raise NotBuilt("dataset")
+
+    def loader(self, spec: dict[str, Any], ds: Any, num_workers: int) -> Any:
+        raise NotBuilt("loader")
+
+    def get_item(self, ds: Any, index: int) -> dict[str, Any]:
+        return ds[index]  # type: ignore[no-any-return]
+
+    def state_dict(self, loader: Any) -> Any:
+        return loader.state_dict()
+
+    def load_state_dict(self, loader: Any, state: Any) -> None:
+        loader.load_state_dict(state)
+
+    def scale(self, spec: dict[str, Any]) -> dict[str, float]:
+        raise NotBuilt("scale")
+
+
+def _proxy_stats(spec: dict[str, Any]) -> dict[str, float]:
+    import urllib.request
+
+    with urllib.request.urlopen(spec["proxy"] + "/__bench__/stats") as r:
+        out: dict[str, float] = json.loads(r.read())
+        return out
+
+
+def scenario_write(a: Adapter, spec: dict[str, Any]) -> dict[str, float]:
+    source = Source(spec["source"], spec["payload_kind"])
+    out = Path(spec["out"])
+    t0 = time.perf_counter()
+    a.write(spec, source, out)
+    dt = time.perf_counter() - t0
+    on_disk = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    mb = source.total_payload_bytes / 1e6
+    return {"seconds": dt, "mb_per_s": mb / dt, "bytes_on_disk": on_disk}
+
+
+def _consume(batches: Iterable[Any], t0: float, ids: list[np.ndarray]) -> dict[str, float]:
+    ttfb = float("nan")
+    samples = nbytes = 0
+    for batch in batches:
+        if samples == 0:
+            ttfb = time.perf_counter() - t0
+        ids.append(batch["id"].numpy().copy())
+        samples += len(batch["id"])
+        nbytes += int(batch["offsets"][-1])
+    dt = time.perf_counter() - t0
+    return {"ttfb_s": ttfb, "seconds": dt, "samples": samples, "bytes": nbytes}
+
+
+def scenario_epoch(a: Adapter, spec: dict[str, Any]) -> dict[str, float]:
+    ids: list[np.ndarray] = []
+    t0 = time.perf_counter()
+    ds = a.dataset(spec, cold=spec["cold"])
+    loader = a.loader(spec, ds, spec["num_workers"])
+    r = _consume(loader, t0, ids)
+    seen = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    steady = r["seconds"] - r["ttfb_s"]
+    return {
+        **r,
+        "samples_per_s": r["samples"] / r["seconds"],
+        "mb_per_s": r["bytes"] / r["seconds"] / 1e6,
+        "steady_samples_per_s": (r["samples"] / steady) if steady > 0 else float("nan"),
+        "unique": len(np.unique(seen)),
+        "expected": spec["samples"],
+    }
+
+
+def scenario_resume(a: Adapter, spec: dict[str, Any]) -> dict[str, float]:
+    n = spec["samples"]
+    stop_at = int(n * spec.get("resume_fraction", 0.5))
+    w = spec["num_workers"]
+    ds = a.dataset(spec, cold=False)
+    loader = a.loader(spec, ds, w)
+    before: list[np.ndarray] = []
+    consumed = 0
+    it = iter(loader)
+    while consumed < stop_at:
+        batch = next(it)
+        before.append(batch["id"].numpy().copy())
+        consumed += len(batch["id"])
+    state = a.state_dict(loader)
+    del it, loader, ds
+    after: list[np.ndarray] = []
+    t0 = time.perf_counter()
+    ds2 = a.dataset(spec, cold=False)
+    loader2 = a.loader(spec, ds2, w)
+    a.load_state_dict(loader2, state)
+    r = _consume(loader2, t0, after)
+    seen = np.concatenate(before + after)
+    unique = len(np.unique(seen))
+    return {
+        "resume_to_first_batch_s": r["ttfb_s"],
+        "consumed_before": consumed,
+        "samples_after": r["samples"],
+        "duplicates": len(seen) - unique,
+        "missing": n - unique,
+    }
+
+
+def scenario_random(a: Adapter, spec: dict[str, Any]) -> dict[str, float]:
+    rng = np.random.default_rng(spec["seed"])
+    idx = rng.integers(0, spec["samples"], size=spec["random_n"] + 1)
+    cold = spec["cold"]
+    s0 = _proxy_stats(spec) if cold else None
+    ds = a.dataset(spec, cold=cold)
+    t0 = time.perf_counter()
+    first = a.get_item(ds, int(idx[0]))
+    t_first = time.perf_counter() - t0
+    assert int(first["id"]) == int(idx[0]), (first["id"], idx[0])
+    s1 = _proxy_stats(spec) if cold else None
+    lat = []
+    for i in idx[1:]:
+        t = time.perf_counter()
+        item = a.get_item(ds, int(i))
+        lat.append(time.perf_counter() - t)
+        assert int(item["id"]) == int(i), (item["id"], i)
+    out = {"first_item_s": t_first, "later_item_us": float(np.median(lat)) * 1e6}
+    if cold and s0 is not None and s1 is not None:
+        s2 = _proxy_stats(spec)
+        out["first_item_bytes"] = s1["bytes_out"] - s0["bytes_out"]
+        out["later_item_bytes"] = (s2["bytes_out"] - s1["bytes_out"]) / len(lat)
+        out["requests"] = s2["requests"] - s0["requests"]
+    return out
+
+
+SCENARIOS: dict[str, Callable[[Adapter, dict[str, Any]], dict[str, float]]] = {
+    "write": scenario_write,
+    "epoch": scenario_epoch,
+    "resume": scenario_resume,
+    "random": scenario_random,
+    "scale": lambda a, spec: a.scale(spec),
+}
+
+
+def main(make_adapter: Callable[[], Adapter]) -> None:
+    spec = json.loads(sys.argv[1])
+    result: dict[str, Any]
+    try:
+        with PeakRSS() as rss:
+            figures = SCENARIOS[spec["scenario"]](make_adapter(), spec)
+        result = {
+            "status": "ok",
+            **figures,
+            "peak_rss_mb": rss.peak_rss / 1e6,
+            "peak_pss_mb": rss.peak_pss / 1e6,
+        }
+    except NotBuilt as e:
+        result = {"status": "n/a", "reason": f"not built yet: {e}"}
+    except Exception as e:  # reported, never hidden: the harness prints it
+        traceback.print_exc()
+        result = {"status": "error", "reason": f"{type(e).__name__}: {e}"}
+    print("RESULT " + json.dumps(result), flush=True)

@@ -1,0 +1,90 @@
+"""Processes the cold scenarios need: the S3 emulator (moto) and the shaping proxy before it.
+
+Each runs in its own process (so neither competes for the harness's GIL) and announces its
+port with one ``READY <port>`` line on stdout, which the harness reads: no port guessing and no
+polling. ``python -m benchmarks.servers moto`` is the emulator's entry point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _spawn(args: list[str]) -> tuple[subprocess.Popen[str], int]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, *args], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("READY "):
+        proc.kill()
+        raise RuntimeError(f"{args!r} did not start: {line!r}")
+    # drain stdout so the child never blocks on a full pipe
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    return proc, int(line.split()[1])
+
+
+class S3Emulator:
+    """moto on 127.0.0.1 plus the proxy; ``endpoint`` is the proxy, ``direct`` is moto."""
+
+    def __init__(self) -> None:
+        self._procs: list[subprocess.Popen[str]] = []
+        self.direct = ""
+        self.endpoint = ""
+
+    def __enter__(self) -> S3Emulator:
+        moto, mport = _spawn(["-m", "benchmarks.servers", "moto"])
+        self._procs.append(moto)
+        self.direct = f"http://127.0.0.1:{mport}"
+        proxy, pport = _spawn(["-m", "benchmarks.proxy", "--upstream", self.direct])
+        self._procs.append(proxy)
+        self.endpoint = f"http://127.0.0.1:{pport}"
+        return self
+
+    def __exit__(
+        self,
+        et: type[BaseException] | None,
+        e: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for p in reversed(self._procs):
+            p.terminate()
+        for p in self._procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    def control(self, what: str, **query: float) -> dict[str, float]:
+        qs = "&".join(f"{k}={v}" for k, v in query.items())
+        url = f"{self.endpoint}/__bench__/{what}" + (f"?{qs}" if qs else "")
+        method = "GET" if what == "stats" else "POST"
+        with urllib.request.urlopen(urllib.request.Request(url, method=method)) as r:
+            result: dict[str, float] = json.loads(r.read())
+            return result
+
+
+def _run_moto() -> None:
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    print(f"READY {server._server.port}", flush=True)  # type: ignore[attr-defined]
+    threading.Event().wait()
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["moto"]:
+    _run_moto()
