@@ -117,11 +117,8 @@ def run(
     """
     if in_loop_thread():
         raise RuntimeError("astream.runtime.bridge.run() called from the loop thread itself")
-    if asyncio.iscoroutine(fn):
-        coro = fn
-    else:
-        coro = fn(*args)  # type: ignore[operator]
-    fut = submit(coro)  # type: ignore[arg-type]
+    coro: Coroutine[Any, Any, T] = fn if asyncio.iscoroutine(fn) else fn(*args)  # type: ignore[operator,assignment]
+    fut: concurrent.futures.Future[T] = submit(coro)
     try:
         return fut.result(timeout)
     except concurrent.futures.TimeoutError:

@@ -1,0 +1,284 @@
+"""The node-wide disk cache: which shard files may stay, and who may write the next one.
+
+Theory of operation
+-------------------
+A *cache* is the set of ``local`` directories of one dataset (one per stream, split included).
+Every process of the node that reads the dataset -- ranks and their DataLoader workers, and other
+jobs pointed at the same directories -- shares it through the file system only:
+
+- **Bytes.** Usage is what a directory listing says: the sum of ``st_size`` of every file under
+  the roots, outside ``.astream/``. A download *reserves* its bytes by creating its temporary
+  files at full size (``ftruncate``) while holding the roots' ``cache.lock`` files, so two
+  processes can never both believe the same free bytes are theirs, and usage never exceeds
+  ``limit`` even for an instant.
+- **Pins.** A process reading a shard holds a shared flock on the shard's ``.pin`` lock file. An
+  evictor may delete a shard only while holding that lock exclusively, which it tries without
+  blocking: a pinned shard is skipped. A killed reader's pin vanishes with it.
+- **Eviction.** Least recently used first, by the shard file's mtime (touched on every pin).
+  Only shards of streams that have a remote copy are candidates, and only files named in their
+  index: a dataset whose only copy is local is never evicted, nor are files astream doesn't know.
+- **Waiting for space.** If nothing unpinned can be evicted, a blocking reservation waits -- in
+  the kernel, not by polling -- for the least recently used shard pinned by *another* process
+  to be released, evicts it, and tries again; or for another process's in-flight download to
+  finish. Readers hold at most one pin while they wait for nothing (see ``reader.py``), so this
+  cannot deadlock. With nothing to wait for, the limit is simply too small: :class:`CacheError`.
+- **Crashes.** Temporary files carry ``.tmp-`` in their name and are only ever renamed into place
+  once complete and verified. A temporary file whose shard's download lock is free belongs to a
+  dead process: any reservation that needs room deletes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from astream.errors import CacheError
+from astream.runtime.locks import FileLock, _waiters, lock_path
+
+__all__ = ["CacheSpace", "ShardFiles", "TMP_MARK"]
+
+TMP_MARK = ".tmp-"
+
+
+@dataclass(frozen=True)
+class ShardFiles:
+    """The files one shard may have in the cache, relative to its stream's local root."""
+
+    root: str
+    raw: str
+    raw_size: int
+    zip: str | None = None
+    zip_size: int | None = None
+    evictable: bool = True
+
+    @property
+    def raw_path(self) -> str:
+        return os.path.join(self.root, self.raw)
+
+    @property
+    def zip_path(self) -> str | None:
+        return None if self.zip is None else os.path.join(self.root, self.zip)
+
+    @property
+    def pin_lock(self) -> str:
+        return lock_path(self.root, self.raw, "pin")
+
+    @property
+    def download_lock(self) -> str:
+        return lock_path(self.root, self.raw, "dl")
+
+    def footprint(self) -> int:
+        """Bytes this shard needs on disk while it is being fetched."""
+        return self.raw_size + (self.zip_size or 0)
+
+
+@dataclass
+class _Scan:
+    usage: int = 0
+    present: dict[str, float] = field(default_factory=dict)  # abs path -> mtime
+    tmps: list[str] = field(default_factory=list)
+
+
+class CacheSpace:
+    """The byte budget over a dataset's local roots, shared by every process of the node."""
+
+    def __init__(self, roots: Iterable[str], limit: int | None) -> None:
+        self.roots = sorted({os.path.abspath(r) for r in roots})
+        self.limit = limit
+        self._shards: list[ShardFiles] = []
+        self._by_path: dict[str, ShardFiles] = {}
+        self._own_pins: dict[str, int] = {}
+        self.evictions = 0
+
+    def register(self, shards: Iterable[ShardFiles]) -> None:
+        for sf in shards:
+            self._shards.append(sf)
+            self._by_path[sf.raw_path] = sf
+            if sf.zip_path is not None:
+                self._by_path[sf.zip_path] = sf
+
+    def _owner_of_tmp(self, path: str) -> ShardFiles | None:
+        cut = path.rfind(TMP_MARK)
+        return None if cut < 0 else self._by_path.get(path[:cut])
+
+    # -- pins held by this process (so that we never wait on ourselves) ---------------------
+    def note_pin(self, path: str, delta: int) -> None:
+        n = self._own_pins.get(path, 0) + delta
+        if n > 0:
+            self._own_pins[path] = n
+        else:
+            self._own_pins.pop(path, None)
+
+    # -- scanning ------------------------------------------------------------------------------
+    def _scan(self) -> _Scan:
+        scan = _Scan()
+        stack = list(self.roots)
+        while stack:
+            d = stack.pop()
+            try:
+                it = os.scandir(d)
+            except FileNotFoundError:
+                continue
+            with it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        if e.name != ".astream":
+                            stack.append(e.path)
+                        continue
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    scan.usage += st.st_size
+                    if TMP_MARK in e.name:
+                        scan.tmps.append(e.path)
+                    else:
+                        scan.present[e.path] = st.st_mtime
+        return scan
+
+    def usage(self) -> int:
+        """Bytes under the roots right now (what the limit bounds)."""
+        return self._scan().usage
+
+    # -- the global lock ----------------------------------------------------------------------
+    def _lock_all(self) -> list[FileLock]:
+        held: list[FileLock] = []
+        try:
+            for r in self.roots:
+                lk = FileLock(os.path.join(r, ".astream", "cache.lock"))
+                lk.exclusive()
+                held.append(lk)
+        except BaseException:
+            for lk in held:
+                lk.release()
+            raise
+        return held
+
+    # -- reservation ---------------------------------------------------------------------------
+    async def reserve(self, need: int, materialize: Callable[[], None], *, block: bool) -> bool:
+        """Make room for ``need`` bytes and call ``materialize`` (which creates the files that
+        hold them) while no other process can take the same room.
+
+        Returns False if ``block`` is false and the room is not free without waiting.
+        """
+        if self.limit is None:
+            materialize()
+            return True
+        if need > self.limit:
+            raise CacheError(
+                f"cache_limit={self.limit} bytes cannot hold one shard of {need} bytes "
+                f"(raw + compressed); raise cache_limit to at least {need}"
+            )
+        loop = asyncio.get_running_loop()
+        while True:
+            verdict, wait_on = await loop.run_in_executor(
+                _waiters, self._try_reserve, need, materialize
+            )
+            if verdict:
+                return True
+            if not block:
+                return False
+            if wait_on is None:
+                raise CacheError(
+                    f"cache_limit={self.limit} bytes is full of files that cannot be evicted "
+                    f"(local-only data, other datasets' files or this process's own pins) and "
+                    f"{need} more bytes are needed under {', '.join(self.roots)}"
+                )
+            lk = FileLock(wait_on)
+            await lk.exclusive_async()  # the kernel wakes us when its holder lets go
+            lk.release()
+
+    def _try_reserve(self, need: int, materialize: Callable[[], None]) -> tuple[bool, str | None]:
+        assert self.limit is not None
+        held = self._lock_all()
+        try:
+            scan = self._scan()
+            if scan.usage + need > self.limit:
+                scan.usage -= self._clean_stale_tmps(scan.tmps)
+            wait_on: str | None = None
+            if scan.usage + need > self.limit:
+                freed, wait_on = self._evict(scan, scan.usage + need - self.limit)
+                scan.usage -= freed
+            if scan.usage + need > self.limit:
+                return False, wait_on
+            materialize()
+            return True, None
+        finally:
+            for lk in held:
+                lk.release()
+
+    def _clean_stale_tmps(self, tmps: list[str]) -> int:
+        freed = 0
+        by_lock: dict[str, list[str]] = {}
+        for path in tmps:
+            sf = self._owner_of_tmp(path)
+            if sf is not None:
+                by_lock.setdefault(sf.download_lock, []).append(path)
+        for lock, paths in by_lock.items():
+            lk = FileLock(lock)
+            if not lk.try_exclusive():
+                continue  # a live download owns these
+            try:
+                for p in paths:
+                    freed += _unlink(p)
+            finally:
+                lk.release()
+        return freed
+
+    def _evict(self, scan: _Scan, excess: int) -> tuple[int, str | None]:
+        """Evict unpinned LRU shards until ``excess`` bytes are freed.
+
+        Returns bytes freed, and the pin lock of the LRU shard pinned by another process (what a
+        blocking reservation may wait on) when not enough could be freed.
+        """
+        cands: list[tuple[float, ShardFiles]] = []
+        for sf in self._shards:
+            if not sf.evictable:
+                continue
+            t = scan.present.get(sf.raw_path)
+            if t is None and sf.zip_path is not None:
+                t = scan.present.get(sf.zip_path)
+            if t is not None:
+                cands.append((t, sf))
+        cands.sort(key=lambda c: c[0])
+        freed = 0
+        busy: str | None = None
+        for _, sf in cands:
+            if freed >= excess:
+                break
+            lk = FileLock(sf.pin_lock)
+            if not lk.try_exclusive():
+                if busy is None and sf.pin_lock not in self._own_pins:
+                    busy = sf.pin_lock
+                continue
+            try:
+                freed += _unlink(sf.raw_path)
+                if sf.zip_path is not None:
+                    freed += _unlink(sf.zip_path)
+                self.evictions += 1
+            finally:
+                lk.release()
+        if freed >= excess:
+            return freed, None
+        if busy is None:
+            busy = self._live_download(scan)
+        return freed, busy
+
+    def _live_download(self, scan: _Scan) -> str | None:
+        mine = f"{TMP_MARK}{os.getpid()}-"
+        for path in scan.tmps:
+            sf = self._owner_of_tmp(path)
+            if sf is not None and mine not in path:
+                return sf.download_lock
+        return None
+
+
+def _unlink(path: str) -> int:
+    try:
+        size = os.stat(path).st_size
+        os.unlink(path)
+        return size
+    except FileNotFoundError:
+        return 0

@@ -1,0 +1,238 @@
+"""The per-process read engine: planned ids in, decoded samples out; and random access.
+
+Theory of operation
+-------------------
+An :class:`Engine` is built in the process that constructs a dataset and travels to DataLoader
+workers by pickling (or fork). Its process-local parts -- the fetcher, the shard openers, the
+stores -- are made on first use in each process (checked by pid), so nothing bound to a thread,
+a loop or a socket ever crosses a process boundary.
+
+Synchronous consumers (``__iter__`` in a worker or the main process) run downloads on the
+astream loop thread through the bridge. ``aiter`` runs everything on the caller's own loop:
+no thread is added, the decode is the same code, and so is the order.
+
+Random access (``get``): a shard already in the cache is read from the map; an uncompressed
+shard that is not is read with two ranged GETs -- its header (then remembered) and exactly the
+sample's bytes -- so one sample never costs a shard download; a compressed shard is fetched
+whole through the cache, since its samples cannot be addressed inside the compressed bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import numpy as np
+
+from astream.core.shard import header_size, parse_offsets
+from astream.errors import FormatError
+from astream.runtime import bridge
+from astream.runtime.cache import CacheSpace
+from astream.runtime.catalog import Catalog
+from astream.runtime.fetch import ShardFetcher
+from astream.runtime.prefetch import Lookahead, Prefetcher
+from astream.runtime.reader import OpenShard, ShardOpener, batch_groups, decode_batch
+from astream.runtime.stats import Stats, Stopwatch
+from astream.runtime.stores import StorePool
+
+__all__ = ["Engine"]
+
+Batches = Iterator[np.ndarray[Any, np.dtype[np.int64]]]
+
+
+class Engine:
+    def __init__(
+        self,
+        catalog: Catalog,
+        stores: StorePool,
+        *,
+        cache_limit: int | None,
+        validate_hash: str | None,
+        keep_zip: bool,
+        allow_unsafe_types: bool,
+        ahead: int,
+        concurrency: int = 4,
+    ) -> None:
+        self.catalog = catalog
+        self.stores = stores
+        self.cache_limit = cache_limit
+        self.validate_hash = validate_hash
+        self.keep_zip = keep_zip
+        self.allow_unsafe_types = allow_unsafe_types
+        self.ahead = ahead
+        self.concurrency = concurrency
+        self._pid = -1
+        self._local: dict[str, Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_pid"] = -1
+        state["_local"] = {}
+        return state
+
+    # -- process-local parts -----------------------------------------------------------------
+    def _parts(self) -> dict[str, Any]:
+        if self._pid != os.getpid():
+            stats = Stats()
+            space = CacheSpace({s.local for s in self.catalog.sources}, self.cache_limit)
+            space.register(self.catalog.files())
+            fetcher = ShardFetcher(
+                space,
+                stats,
+                self.stores.get,
+                validate_hash=self.validate_hash,
+                keep_zip=self.keep_zip,
+            )
+            self._local = {"stats": stats, "space": space, "fetcher": fetcher, "headers": {}}
+            self._local["random"] = self._opener()
+            self._pid = os.getpid()
+        return self._local
+
+    def _opener(self) -> ShardOpener:
+        p = self._local
+        return ShardOpener(
+            self.catalog, p["space"], p["stats"], allow_unsafe_types=self.allow_unsafe_types
+        )
+
+    @property
+    def stats(self) -> Stats:
+        return self._parts()["stats"]  # type: ignore[no-any-return]
+
+    @property
+    def space(self) -> CacheSpace:
+        return self._parts()["space"]  # type: ignore[no-any-return]
+
+    async def download(self, s: int, block: bool) -> bool:
+        fetcher: ShardFetcher = self._parts()["fetcher"]
+        return await fetcher.download(self.catalog.shards[s], block=block)
+
+    # -- iteration -----------------------------------------------------------------------------
+    def iter_samples(self, batches: Batches) -> Iterator[dict[str, Any]]:
+        """Decoded samples of ``batches`` in order (synchronous consumer)."""
+        parts = self._parts()
+        stats: Stats = parts["stats"]
+        opener = self._opener()
+        pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
+        la = Lookahead(batches, self.catalog, pf, self.ahead)
+
+        def fetch(s: int) -> None:
+            fut = pf.take(s)
+            with Stopwatch(stats):
+                ok = fut.result() if fut is not None else False  # type: ignore[union-attr]
+                if not ok:
+                    bridge.run(self.download(s, True))
+
+        def open_shard(s: int) -> OpenShard:
+            h = opener.cached(s)
+            if h is None:
+                h = opener.open(s, fetch)
+                la.forget(s)
+            return h
+
+        try:
+            for ids in la:
+                batch = decode_batch(ids, self.catalog, open_shard)
+                stats.samples += len(batch)
+                yield from batch
+        finally:
+            pf.cancel()
+            opener.release_all()
+
+    async def aiter_samples(self, batches: Batches) -> AsyncIterator[dict[str, Any]]:
+        """The same samples, on the caller's event loop."""
+        parts = self._parts()
+        stats: Stats = parts["stats"]
+        opener = self._opener()
+        loop = asyncio.get_running_loop()
+        pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
+        la = Lookahead(batches, self.catalog, pf, self.ahead)
+
+        async def open_shard(s: int) -> OpenShard:
+            h = opener.cached(s) or opener.try_open(s)
+            if h is not None:
+                stats.cache_hits += 1
+                return h
+            stats.cache_misses += 1
+            with Stopwatch(stats):
+                for _ in range(8):
+                    fut = pf.take(s)
+                    ok = await fut if fut is not None else False  # type: ignore[misc]
+                    if not ok:
+                        await self.download(s, True)
+                    h = opener.try_open(s)
+                    if h is not None:
+                        la.forget(s)
+                        return h
+            raise FormatError(
+                "shard keeps disappearing from the cache", opener.catalog.shards[s].files.raw_path
+            )
+
+        try:
+            for ids in la:
+                groups = batch_groups(ids, self.catalog)
+                out: list[Any] = [None] * len(ids)
+                for s, positions, locals_ in groups:
+                    sample = (await open_shard(s)).sample
+                    for j, li in zip(positions, locals_):
+                        out[j] = sample(li)
+                for x in out:
+                    stats.samples += 1
+                    yield x
+        finally:
+            pf.cancel()
+            opener.release_all()
+
+    # -- random access -------------------------------------------------------------------------
+    def get(self, i: int) -> dict[str, Any]:
+        """Sample ``i`` (a global index) without downloading its shard when avoidable."""
+        opener: ShardOpener = self._parts()["random"]
+        s, li = self.catalog.locate_one(i)
+        h = opener.try_open(s)
+        if h is not None:
+            self.stats.samples += 1
+            return h.sample(li)
+        shard = self.catalog.shards[s]
+        if shard.compression is None and shard.remote is not None:
+            return bridge.run(self.aget_range(s, li))
+        h = opener.open(s, lambda s: bridge.run(self.download(s, True)))
+        self.stats.samples += 1
+        return h.sample(li)
+
+    async def aget(self, i: int) -> dict[str, Any]:
+        opener: ShardOpener = self._parts()["random"]
+        s, li = self.catalog.locate_one(i)
+        h = opener.try_open(s)
+        if h is None:
+            shard = self.catalog.shards[s]
+            if shard.compression is None and shard.remote is not None:
+                return await self.aget_range(s, li)
+            await self.download(s, True)
+            h = opener.try_open(s)
+            if h is None:
+                return await self.aget(i)
+        self.stats.samples += 1
+        return h.sample(li)
+
+    async def aget_range(self, s: int, li: int) -> dict[str, Any]:
+        parts = self._parts()
+        stats: Stats = parts["stats"]
+        shard = self.catalog.shards[s]
+        entry = self.catalog.entries[s]
+        assert shard.remote is not None
+        store = self.stores.get(shard.remote)
+        headers: dict[int, list[int]] = parts["headers"]
+        offsets = headers.get(s)
+        if offsets is None:
+            head = await store.get_range(shard.raw_key, 0, header_size(entry.samples))
+            stats.range_requests += 1
+            stats.bytes_fetched += len(head)
+            offsets = parse_offsets(head, shard.url(), entry.samples, entry.raw_data.bytes).tolist()
+            headers[s] = offsets
+        data = await store.get_range(shard.raw_key, offsets[li], offsets[li + 1])
+        stats.range_requests += 1
+        stats.bytes_fetched += len(data)
+        opener: ShardOpener = parts["random"]
+        stats.samples += 1
+        return opener.decoder(s).decode(memoryview(data))

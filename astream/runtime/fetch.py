@@ -1,0 +1,244 @@
+"""Bringing one shard from its remote store into the cache, once per node.
+
+Theory of operation
+-------------------
+``ShardFetcher.download(shard)`` guarantees that, when it returns True, the shard's raw file is
+complete under its final name. The steps, each safe against a crash at any instant:
+
+1. Take the shard's download lock (flock, exclusive; waiting happens in a thread). Whoever holds
+   it is the only process of the node fetching that shard; everyone else waits for it instead of
+   fetching again, then finds the file present.
+2. With the lock held, any ``<file>.tmp-*`` of this shard is a dead process's leftover: delete.
+3. Reserve the bytes (raw + compressed) in the :class:`CacheSpace` by creating the temporary
+   files at full size, then fetch into them: one GET for a small object, parallel ranged GETs
+   of ``part_size`` for a large one, each written at its offset with ``pwrite``.
+4. Check the size, and the hash when ``validate_hash`` names one; on a mismatch delete and fetch
+   once more, then raise :class:`IntegrityError`. Decompress into the raw temporary file.
+5. ``os.replace`` the raw temporary file to its final name (atomic), keep or drop the compressed
+   one (``keep_zip``), release the lock. A file under its final name is therefore always whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mmap
+import os
+import secrets
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from astream.core.compression import decompress
+from astream.core.hashing import hexdigest
+from astream.errors import FormatError, IntegrityError, ObjectNotFoundError
+from astream.runtime.cache import TMP_MARK, CacheSpace, ShardFiles
+from astream.runtime.locks import FileLock
+from astream.runtime.stats import Stats
+from astream.storage.base import ObjectStore
+
+__all__ = ["RemoteShard", "ShardFetcher", "is_complete"]
+
+
+@dataclass(frozen=True)
+class RemoteShard:
+    """Everything needed to fetch one shard: its cache files and where its bytes live."""
+
+    files: ShardFiles
+    remote: str | None  # root URL of the stream's remote copy; None for local-only data
+    raw_key: str
+    zip_key: str | None
+    compression: str | None
+    raw_hashes: dict[str, str]
+    zip_hashes: dict[str, str]
+
+    def url(self) -> str:
+        if self.remote is None:
+            return self.files.raw_path
+        return f"{self.remote.rstrip('/')}/{self.zip_key or self.raw_key}"
+
+
+def is_complete(path: str, size: int) -> bool:
+    try:
+        return os.stat(path).st_size == size
+    except FileNotFoundError:
+        return False
+
+
+class ShardFetcher:
+    def __init__(
+        self,
+        space: CacheSpace,
+        stats: Stats,
+        store_for: Callable[[str], ObjectStore],
+        *,
+        validate_hash: str | None = None,
+        keep_zip: bool = False,
+        part_size: int = 8 << 20,
+        part_concurrency: int = 8,
+    ) -> None:
+        self.space = space
+        self.stats = stats
+        self.store_for = store_for
+        self.validate_hash = validate_hash
+        self.keep_zip = keep_zip
+        self.part_size = part_size
+        self.part_concurrency = part_concurrency
+
+    async def download(self, shard: RemoteShard, *, block: bool = True) -> bool:
+        """Make the shard's raw file present. False only if ``block`` is false and the cache
+        has no room without waiting."""
+        files = shard.files
+        if is_complete(files.raw_path, files.raw_size):
+            return True
+        if shard.remote is None:
+            raise ObjectNotFoundError(
+                "shard file is missing from the local dataset and no remote was given",
+                files.raw_path,
+            )
+        dl = FileLock(files.download_lock)
+        await dl.exclusive_async()
+        try:
+            if is_complete(files.raw_path, files.raw_size):
+                return True  # another process fetched it while we waited
+            self._drop_tmps(files)
+            for attempt in range(2):
+                ok = await self._attempt(shard, block=block, last=attempt == 1)
+                if ok is None:
+                    self.stats.integrity_retries += 1
+                    continue
+                return ok
+            raise AssertionError("unreachable")
+        finally:
+            dl.release()
+
+    def _drop_tmps(self, files: ShardFiles) -> None:
+        for path in (files.raw_path, files.zip_path):
+            if path is None:
+                continue
+            d, base = os.path.split(path)
+            try:
+                names = os.listdir(d)
+            except FileNotFoundError:
+                os.makedirs(d, exist_ok=True)
+                continue
+            for n in names:
+                if n.startswith(base + TMP_MARK):
+                    try:
+                        os.unlink(os.path.join(d, n))
+                    except FileNotFoundError:
+                        pass
+
+    async def _attempt(self, shard: RemoteShard, *, block: bool, last: bool) -> bool | None:
+        """One fetch. True: done; False: no room; None: hash mismatch, try again."""
+        files = shard.files
+        tag = f"{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+        raw_tmp = files.raw_path + tag
+        zip_tmp = files.zip_path + tag if files.zip_path is not None else None
+        fetched_tmp, fetched_size = (
+            (zip_tmp, files.zip_size) if zip_tmp is not None else (raw_tmp, files.raw_size)
+        )
+        assert fetched_size is not None
+
+        def materialize() -> None:
+            for path, size in ((raw_tmp, files.raw_size), (zip_tmp, files.zip_size)):
+                if path is not None and size is not None:
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    with open(path, "wb") as f:
+                        f.truncate(size)
+
+        if not await self.space.reserve(files.footprint(), materialize, block=block):
+            return False
+        loop = asyncio.get_running_loop()
+        try:
+            key = shard.zip_key if shard.zip_key is not None else shard.raw_key
+            await self._fetch_into(shard, key, fetched_tmp, fetched_size)
+            if self.validate_hash is not None:
+                hashes = shard.zip_hashes if zip_tmp is not None else shard.raw_hashes
+                want = hashes.get(self.validate_hash)
+                if want is not None:
+                    got = await loop.run_in_executor(
+                        None, _hash_file, self.validate_hash, fetched_tmp
+                    )
+                    if got != want:
+                        if last:
+                            raise IntegrityError(
+                                f"{self.validate_hash} of {shard.url()} is {got}, index says "
+                                f"{want} (after one re-fetch)"
+                            )
+                        return None
+            if zip_tmp is not None:
+                await loop.run_in_executor(None, self._inflate, shard, zip_tmp, raw_tmp)
+            os.replace(raw_tmp, files.raw_path)
+            if zip_tmp is not None and self.keep_zip and files.zip_path is not None:
+                os.replace(zip_tmp, files.zip_path)
+            self.stats.shards_fetched += 1
+            return True
+        finally:
+            for path in (raw_tmp, zip_tmp):
+                if path is not None:
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
+
+    def _inflate(self, shard: RemoteShard, zip_tmp: str, raw_tmp: str) -> None:
+        with open(zip_tmp, "rb") as f:
+            data = f.read()
+        assert shard.compression is not None
+        raw = decompress(shard.compression, data, expected_size=shard.files.raw_size)
+        if len(raw) != shard.files.raw_size:
+            raise FormatError(
+                f"decompressed to {len(raw)} bytes, index says {shard.files.raw_size}",
+                shard.url(),
+            )
+        with open(raw_tmp, "r+b") as f:
+            f.write(raw)
+
+    async def _fetch_into(self, shard: RemoteShard, key: str, path: str, size: int) -> None:
+        assert shard.remote is not None
+        store = self.store_for(shard.remote)
+        loop = asyncio.get_running_loop()
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            parts = [(s, min(s + self.part_size, size)) for s in range(0, size, self.part_size)]
+            sem = asyncio.Semaphore(self.part_concurrency)
+
+            async def part(start: int, end: int) -> None:
+                async with sem:
+                    data = await store.get_range(key, start, end)
+                    self.stats.range_requests += 1
+                    if len(data) != end - start:
+                        raise FormatError(
+                            f"object is shorter than the index says ({size} bytes): got "
+                            f"{len(data)} bytes for range {start}-{end}",
+                            store.url_for(key),
+                        )
+                    await loop.run_in_executor(None, os.pwrite, fd, data, start)
+                    self.stats.bytes_fetched += len(data)
+
+            if not parts:
+                return
+            await _gather_all(*(part(s, e) for s, e in parts))
+        finally:
+            os.close(fd)
+
+
+async def _gather_all(*coros: Coroutine[Any, Any, None]) -> None:
+    """Run concurrently; on the first error cancel the rest and raise it."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def _hash_file(algo: str, path: str) -> str:
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return hexdigest(algo, b"")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm, memoryview(mm) as mv:
+            return hexdigest(algo, mv)

@@ -1,0 +1,136 @@
+"""Fetching the shards a consumer will need, before it needs them.
+
+Theory of operation
+-------------------
+The sample order is known in advance, so the consumer reads its own future: a :class:`Lookahead`
+pulls planned batches from the plan ``ahead`` samples before they are decoded and tells the
+:class:`Prefetcher` about every shard they touch, in order of first use. The prefetcher starts
+at most ``concurrency`` downloads at a time; a semaphore wakes waiters first-in first-out, so
+downloads start in deadline order (earliest needed first).
+
+Prefetch downloads never wait for cache room (``block=False``): if the cache is full of pinned
+shards the prefetch is skipped and the consumer fetches on demand when it gets there. Errors of a
+prefetch are not lost: they are raised to the consumer when it asks for that shard.
+
+The same class serves the synchronous path (futures on the astream loop thread, via the
+bridge) and ``aiter`` (tasks on the caller's loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from astream.runtime import bridge
+from astream.runtime.catalog import Catalog
+from astream.runtime.fetch import is_complete
+
+__all__ = ["Lookahead", "Prefetcher"]
+
+
+class Prefetcher:
+    """Starts downloads ahead of the consumer; one per consumer."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        download: Callable[[int, bool], Awaitable[bool]],
+        *,
+        concurrency: int = 4,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self._download = download
+        self.concurrency = max(1, concurrency)
+        self._loop = loop  # None: the bridge loop (sync consumer)
+        self._sem: asyncio.Semaphore | None = None
+        self._pending: dict[int, concurrent.futures.Future[bool] | asyncio.Future[bool]] = {}
+
+    async def _run(self, s: int) -> bool:
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.concurrency)
+        async with self._sem:
+            return await self._download(s, False)
+
+    def want(self, s: int) -> None:
+        if s in self._pending:
+            return
+        files = self.catalog.shards[s].files
+        if is_complete(files.raw_path, files.raw_size) or self.catalog.shards[s].remote is None:
+            return
+        if self._loop is None:
+            self._pending[s] = bridge.submit(self._run(s))
+        else:
+            self._pending[s] = self._loop.create_task(self._run(s))
+
+    def take(self, s: int) -> concurrent.futures.Future[bool] | asyncio.Future[bool] | None:
+        """The pending download of ``s``, if one was started; forgets it."""
+        return self._pending.pop(s, None)
+
+    def cancel(self) -> None:
+        for fut in self._pending.values():
+            fut.cancel()
+        self._pending.clear()
+
+
+class Lookahead:
+    """Iterates planned batches while announcing the shards of the next ``ahead`` samples."""
+
+    def __init__(
+        self,
+        batches: Iterator[np.ndarray[Any, np.dtype[np.int64]]],
+        catalog: Catalog,
+        prefetcher: Prefetcher,
+        ahead: int,
+    ) -> None:
+        self._src = batches
+        self._catalog = catalog
+        self._pf = prefetcher
+        self._ahead = max(1, ahead)
+        self._queue: deque[np.ndarray[Any, np.dtype[np.int64]]] = deque()
+        self._queued = 0
+        self._done = False
+        self._announced: set[int] = set()
+
+    def _fill(self) -> None:
+        while not self._done and self._queued < self._ahead:
+            try:
+                ids = next(self._src)
+            except StopIteration:
+                self._done = True
+                return
+            self._queue.append(ids)
+            self._queued += len(ids)
+            if len(ids) == 0:
+                continue
+            shards = self._catalog.locate(ids)[0]
+            first = int(shards[0])
+            if first not in self._announced and (shards == first).all():
+                self._announced.add(first)
+                self._pf.want(first)
+                continue
+            _, idx = np.unique(shards, return_index=True)
+            for s in shards[np.sort(idx)].tolist():
+                if s not in self._announced:
+                    self._announced.add(s)
+                    self._pf.want(s)
+
+    def forget(self, s: int) -> None:
+        """The consumer opened ``s``; announce it again if it is needed after eviction."""
+        self._announced.discard(s)
+
+    def __iter__(self) -> Lookahead:
+        return self
+
+    def __next__(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        self._fill()
+        if not self._queue:
+            raise StopIteration
+        ids = self._queue.popleft()
+        self._queued -= len(ids)
+        return ids

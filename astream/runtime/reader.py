@@ -1,0 +1,213 @@
+"""Turning planned sample ids into decoded samples, one process at a time.
+
+Theory of operation
+-------------------
+A consumer (one DataLoader worker, or the main process) gets its batches of global sample ids
+from the epoch plan. For each batch it groups the ids by shard, in order of first appearance,
+opens each shard once (memory-mapped, zero copy), decodes that shard's samples into their
+slots, and hands the batch out in planned order.
+
+Open shards are kept in a small LRU. Without a ``cache_limit`` nothing is ever evicted, so no
+pin is needed and up to ``keep_open`` shards stay mapped. With a limit, an open shard is pinned
+(a shared flock, see ``cache.py``) and the consumer holds **at most one** pin: it drops every
+other shard before it opens a new one. A consumer that waits for room therefore holds nothing
+anyone else waits for, which is what makes the node-wide cache deadlock-free.
+
+Misses: the prefetcher (``prefetch.py``) has usually started the download already and the
+consumer waits on that future; otherwise it downloads on demand. Either way the wait is timed
+into ``stats.wait_seconds``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from astream.core.shard import SampleDecoder, ShardView
+from astream.errors import FormatError
+from astream.runtime.cache import CacheSpace
+from astream.runtime.catalog import Catalog
+from astream.runtime.locks import FileLock
+from astream.runtime.stats import Stats
+
+__all__ = ["OpenShard", "ShardOpener", "batch_groups", "decode_batch"]
+
+
+class OpenShard:
+    """One mapped shard: ``sample(i)`` decodes sample ``i``."""
+
+    __slots__ = ("_mm", "_pin", "decode", "view")
+
+    def __init__(self, path: str, catalog: Catalog, s: int, decoder: SampleDecoder) -> None:
+        self._pin: FileLock | None = None
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                raise FormatError("shard file is empty", path)
+            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            self.view = ShardView(self._mm, catalog.entries[s], path)
+        except BaseException:
+            self._mm.close()
+            raise
+        self.decode = decoder.decode
+
+    def sample(self, i: int) -> dict[str, Any]:
+        return self.decode(self.view.sample_bytes(i))
+
+    def close(self) -> None:
+        self.view.release()
+        try:
+            self._mm.close()
+        except BufferError:
+            pass  # a caller still holds a zero-copy view; the map goes when it does
+        if self._pin is not None:
+            self._pin.release()
+            self._pin = None
+
+
+class ShardOpener:
+    """Opens shards for one consumer, fetching misses through ``ensure``."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        space: CacheSpace,
+        stats: Stats,
+        *,
+        allow_unsafe_types: bool,
+        keep_open: int = 16,
+    ) -> None:
+        self.catalog = catalog
+        self.space = space
+        self.stats = stats
+        self.allow_unsafe_types = allow_unsafe_types
+        self.pinning = space.limit is not None
+        self.keep_open = 1 if self.pinning else max(1, keep_open)
+        self._open: OrderedDict[int, OpenShard] = OrderedDict()
+        self._decoders: dict[tuple[Any, ...], SampleDecoder] = {}
+
+    def decoder(self, s: int) -> SampleDecoder:
+        e = self.catalog.entries[s]
+        key = (tuple(e.column_names), tuple(e.column_encodings), tuple(e.column_sizes))
+        dec = self._decoders.get(key)
+        if dec is None:
+            src = self.catalog.shards[s].url()
+            dec = SampleDecoder(e, self.allow_unsafe_types, src)
+            self._decoders[key] = dec
+        return dec
+
+    def cached(self, s: int) -> OpenShard | None:
+        h = self._open.get(s)
+        if h is not None:
+            self._open.move_to_end(s)
+        return h
+
+    def release_all(self) -> None:
+        while self._open:
+            _, h = self._open.popitem(last=False)
+            self._pin_note(h, -1)
+            h.close()
+
+    def _pin_note(self, h: OpenShard, delta: int) -> None:
+        if h._pin is not None:
+            self.space.note_pin(h._pin.path, delta)
+
+    def try_open(self, s: int) -> OpenShard | None:
+        """Open shard ``s`` if its file is complete in the cache (pinning it under a limit)."""
+        h = self.cached(s)
+        if h is not None:
+            return h
+        if self.pinning:
+            self.release_all()  # never hold a pin while we may wait for room
+        files = self.catalog.shards[s].files
+        pin: FileLock | None = None
+        if self.pinning:
+            pin = FileLock(files.pin_lock)
+            pin.shared()
+        try:
+            st = os.stat(files.raw_path)
+        except FileNotFoundError:
+            st = None
+        if st is None or st.st_size != files.raw_size:
+            if pin is not None:
+                pin.release()
+            return None
+        try:
+            h = OpenShard(files.raw_path, self.catalog, s, self.decoder(s))
+        except BaseException:
+            if pin is not None:
+                pin.release()
+            raise
+        if pin is not None:
+            h._pin = pin
+            self.space.note_pin(pin.path, 1)
+            try:
+                os.utime(files.raw_path)  # recency for LRU eviction
+            except FileNotFoundError:
+                pass
+        self._open[s] = h
+        while len(self._open) > self.keep_open:
+            _, old = self._open.popitem(last=False)
+            self._pin_note(old, -1)
+            old.close()
+        return h
+
+    def open(self, s: int, fetch: Callable[[int], object]) -> OpenShard:
+        """Open shard ``s``, calling ``fetch(s)`` (which blocks until the file is there) on a
+        miss. Loops because a shard fetched for us may be evicted before we pin it."""
+        h = self.try_open(s)
+        if h is not None:
+            self.stats.cache_hits += 1
+            return h
+        self.stats.cache_misses += 1
+        for _ in range(8):
+            fetch(s)
+            h = self.try_open(s)
+            if h is not None:
+                return h
+        raise FormatError(
+            "shard keeps disappearing from the cache right after download (cache_limit too "
+            "small for the processes sharing it?)",
+            self.catalog.shards[s].files.raw_path,
+        )
+
+
+def batch_groups(
+    ids: np.ndarray[Any, np.dtype[np.int64]], catalog: Catalog
+) -> list[tuple[int, list[int], list[int]]]:
+    """(shard, positions in the batch, indices in the shard) per shard, first appearance first."""
+    shard, local = catalog.locate(ids)
+    if not len(shard):
+        return []
+    s0 = int(shard[0])
+    if (shard == s0).all():
+        return [(s0, list(range(len(ids))), local.tolist())]
+    order = np.argsort(shard, kind="stable")
+    cuts = np.flatnonzero(np.diff(shard[order])) + 1
+    groups = np.split(order, cuts)
+    groups.sort(key=lambda g: int(g[0]))
+    return [(int(shard[g[0]]), g.tolist(), local[g].tolist()) for g in groups]
+
+
+def decode_batch(
+    ids: np.ndarray[Any, np.dtype[np.int64]],
+    catalog: Catalog,
+    open_shard: Callable[[int], OpenShard],
+) -> list[dict[str, Any]]:
+    """Decode one batch of global ids, in order, opening each shard once."""
+    groups = batch_groups(ids, catalog)
+    if len(groups) == 1:
+        sample = open_shard(groups[0][0]).sample
+        return [sample(i) for i in groups[0][2]]
+    out: list[Any] = [None] * len(ids)
+    for s, positions, locals_ in groups:
+        sample = open_shard(s).sample
+        for j, i in zip(positions, locals_):
+            out[j] = sample(i)
+    return out
