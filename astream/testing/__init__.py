@@ -1,0 +1,27 @@
+"""Public testing helpers: loopback emulators for every backend and a fault-injecting proxy.
+
+Used by astream's own tests and benchmarks, and usable by anyone testing code built on astream.
+"""
+
+from __future__ import annotations
+
+from astream.testing.faultproxy import FaultProxy, ProxyStats
+from astream.testing.servers import (
+    AzuriteServer,
+    FakeGcsServer,
+    MotoServer,
+    Server,
+    StaticHttpServer,
+    free_port,
+)
+
+__all__ = [
+    "AzuriteServer",
+    "FakeGcsServer",
+    "FaultProxy",
+    "MotoServer",
+    "ProxyStats",
+    "Server",
+    "StaticHttpServer",
+    "free_port",
+]

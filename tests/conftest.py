@@ -1,0 +1,140 @@
+"""Root test configuration: the ``slow`` marker, fake credentials, and lazy loopback emulators.
+
+Each emulator fixture is session-scoped and starts its server only when a test first asks for it
+(moto S3, fake-gcs-server, Azurite, an aiohttp static HTTP server), on 127.0.0.1 with a free port,
+and exports the environment variables that point astream at it. Sub-directory conftests add
+their own fixtures on top of these.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from astream.testing import (
+    AzuriteServer,
+    FakeGcsServer,
+    FaultProxy,
+    MotoServer,
+    Server,
+    StaticHttpServer,
+)
+
+_FAKE_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Fake credentials only: nothing in the test suite may reach a real cloud account.
+    for k, v in _FAKE_ENV.items():
+        os.environ[k] = v
+    os.environ.pop("AWS_PROFILE", None)
+    config.addinivalue_line("markers", "slow: long test; skipped unless ASTREAM_SLOW=1")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("ASTREAM_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: set ASTREAM_SLOW=1 to run")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+def unique_name(prefix: str = "t") -> str:
+    """A bucket/container-safe unique name (lowercase, digits, dashes)."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def _serve(server: Server) -> Iterator[Server]:
+    server.start()
+    saved = {k: os.environ.get(k) for k in server.env()}
+    os.environ.update(server.env())
+    try:
+        yield server
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Server]:
+    """moto's S3 server; sets S3_ENDPOINT_URL and fake AWS credentials."""
+    yield from _serve(MotoServer())
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[Server]:
+    """fake-gcs-server in memory; sets STORAGE_EMULATOR_HOST."""
+    yield from _serve(FakeGcsServer())
+
+
+@pytest.fixture(scope="session")
+def azure_server() -> Iterator[Server]:
+    """Azurite's blob service in memory; sets AZURE_STORAGE_CONNECTION_STRING."""
+    yield from _serve(AzuriteServer())
+
+
+@pytest.fixture(scope="session")
+def http_root(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The directory the static HTTP server serves; write files here to publish them."""
+    return str(tmp_path_factory.mktemp("http-root"))
+
+
+@pytest.fixture(scope="session")
+def http_server(http_root: str) -> Iterator[StaticHttpServer]:
+    """An aiohttp static file server (honours Range) over ``http_root``."""
+    server = StaticHttpServer(http_root).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_bucket(s3_server: Server) -> str:
+    """``s3://<bucket>`` of a session-wide bucket; tests use a unique prefix below it."""
+    name = unique_name("s3")
+    s3_server.create_bucket(name)
+    return f"s3://{name}"
+
+
+@pytest.fixture(scope="session")
+def gcs_bucket(gcs_server: Server) -> str:
+    name = unique_name("gcs")
+    gcs_server.create_bucket(name)
+    return f"gs://{name}"
+
+
+@pytest.fixture(scope="session")
+def azure_container(azure_server: Server) -> str:
+    name = unique_name("az")
+    azure_server.create_bucket(name)
+    return f"az://{name}"
+
+
+@pytest.fixture
+def make_proxy() -> Iterator[Callable[..., FaultProxy]]:
+    """``make_proxy(upstream_url, **settings)``: a started FaultProxy, stopped after the test."""
+    proxies: list[FaultProxy] = []
+
+    def make(upstream: str, **settings: Any) -> FaultProxy:
+        proxy = FaultProxy(upstream, **settings).start()
+        proxies.append(proxy)
+        return proxy
+
+    yield make
+    for p in proxies:
+        p.stop()
