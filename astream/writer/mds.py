@@ -1,0 +1,258 @@
+"""MDSWriter: samples in, MDS shards and index.json out, byte-identical to the reference.
+
+Theory of operation. Each ``write`` encodes the sample at once (so a bad value fails at the
+call that passed it) and appends it to the pending shard. Sizing follows the reference exactly:
+a shard's running size starts at ``8 + len(config JSON)`` and each sample adds ``len + 4``; the
+pending shard is flushed before a sample that would push it past ``size_limit``. Unlike the
+reference, a shard is never flushed empty (a first sample larger than the limit gets a shard
+of its own instead of following a 0-sample shard).
+
+Flushing builds the shard, hashes the raw bytes, compresses and hashes again, and writes only
+the file that belongs in storage (the compressed one when compressing), atomically: bytes go to
+a hidden temp name in the same directory and are renamed into place, so a crash never leaves a
+complete-looking file. The finished file is then handed to the sink (see ``writer/sink.py``):
+``LocalSink`` for a local ``out``; for a remote ``out`` the storage layer's sink, which uploads
+concurrently while writing goes on. ``finish`` flushes, writes index.json (same atomic rename)
+and lets the sink ship it last.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from astream.core import compression as _comp
+from astream.core.hashing import hexdigest, validate_hash
+from astream.core.index import INDEX_BASENAME, FileInfo, Index, ShardEntry, dump_index
+from astream.core.shard import SampleEncoder, build_shard
+from astream.core.sizes import parse_size
+from astream.errors import ConfigError
+from astream.writer.sink import LocalSink, ShardSink
+
+__all__ = ["MDSWriter", "split_out", "write_atomic"]
+
+SinkFactory = Callable[[str, str, bool], ShardSink]
+_KNOWN_KWARGS = {"retry"}
+
+
+def split_out(out: Any) -> tuple[str | None, str | None]:
+    """``out`` -> (local dir or None, remote URL or None)."""
+    if isinstance(out, tuple):
+        if len(out) != 2 or not all(isinstance(x, (str, os.PathLike)) for x in out):
+            raise ConfigError(f"out: a tuple must be (local_dir, remote_url), got {out!r}")
+        return os.path.expanduser(os.fspath(out[0])), os.fspath(out[1])
+    if not isinstance(out, (str, os.PathLike)):
+        raise ConfigError(f"out must be a path, a URL or a (local, remote) tuple, got {out!r}")
+    text = os.fspath(out)
+    if text.startswith("file://"):
+        return text[len("file://") :], None
+    if "://" in text:
+        return None, text
+    if not text:
+        raise ConfigError("out must not be empty")
+    return os.path.expanduser(text), None
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same directory and a rename."""
+    dirname, base = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=dirname or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _remote_sink(remote: str, local: str, keep_local: bool, extra: dict[str, Any]) -> ShardSink:
+    try:
+        from astream.writer.remote import make_sink  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        raise ConfigError("remote output needs the storage layer") from None
+    params = inspect.signature(make_sink).parameters
+    kw = {k: v for k, v in extra.items() if k in params}
+    sink: ShardSink = make_sink(remote, local, keep_local, **kw)
+    return sink
+
+
+class MDSWriter:
+    """Write an MDS dataset. Parameters and semantics follow ``streaming.MDSWriter``.
+
+    ``columns``: name -> encoding. ``out``: local dir, remote URL, or (local, remote).
+    ``compression``: ``None`` or ``name[:level]``. ``hashes``: algorithm names.
+    ``size_limit``: bytes or a size string (``"64mb"``); ``None``/0 = one shard.
+    ``exist_ok``: a non-empty local dir is an error unless True, which empties it first.
+    ``sink_factory(remote, local, keep_local)`` overrides the remote upload sink.
+    """
+
+    format = "mds"
+
+    def __init__(
+        self,
+        *,
+        columns: Mapping[str, str],
+        out: Any,
+        compression: str | None = None,
+        hashes: Sequence[str] | None = None,
+        size_limit: int | str | None = 1 << 26,
+        keep_local: bool = False,
+        progress_bar: bool = False,
+        max_workers: int | None = None,
+        exist_ok: bool = False,
+        sink_factory: SinkFactory | None = None,
+        **kwargs: Any,
+    ) -> None:
+        unknown = sorted(set(kwargs) - _KNOWN_KWARGS)
+        if unknown:
+            raise ConfigError(f"MDSWriter: unknown argument(s) {unknown}")
+        self._encoder = SampleEncoder(columns)
+        self.compression = _comp.validate_compression(compression)
+        if isinstance(hashes, str):
+            raise ConfigError(f"hashes must be a list of names, got the string {hashes!r}")
+        self.hashes = sorted({validate_hash(h) for h in hashes or []})
+        limit = None
+        if size_limit:
+            limit = parse_size(size_limit, "size_limit")
+            if limit < 0 or limit >= 1 << 32:
+                raise ConfigError(f"size_limit must be in 0..2**32-1 (u32 offsets), got {limit}")
+        self.size_limit = limit or None
+        self.keep_local = keep_local
+        local, remote = split_out(out)
+        self.remote = remote
+        self._own_tmp = local is None
+        self.local = local if local is not None else tempfile.mkdtemp(prefix="astream-writer-")
+        self._prepare_dir(self.local, exist_ok)
+        if remote is None:
+            self._sink: ShardSink = LocalSink()
+        elif sink_factory is not None:
+            self._sink = sink_factory(remote, self.local, keep_local)
+        else:
+            extra = {"progress_bar": progress_bar, "max_workers": max_workers, **kwargs}
+            self._sink = _remote_sink(remote, self.local, keep_local, extra)
+        config = {
+            "column_encodings": self._encoder.encodings,
+            "column_names": self._encoder.names,
+            "column_sizes": self._encoder.sizes,
+            "compression": self.compression,
+            "format": self.format,
+            "hashes": self.hashes,
+            "size_limit": self.size_limit,
+            "version": 2,
+        }
+        self._config = config
+        self._config_json = json.dumps(config, sort_keys=True).encode("utf-8")
+        self._shards: list[ShardEntry] = []
+        self._pending: list[bytes] = []
+        self._pending_size = 8 + len(self._config_json)
+        self._closed = False
+
+    @staticmethod
+    def _prepare_dir(local: str, exist_ok: bool) -> None:
+        if os.path.isdir(local) and os.listdir(local):
+            if not exist_ok:
+                raise ConfigError(
+                    f"out: directory {local!r} is not empty; pass exist_ok=True to overwrite it"
+                )
+            shutil.rmtree(local)
+        elif os.path.exists(local) and not os.path.isdir(local):
+            raise ConfigError(f"out: {local!r} exists and is not a directory")
+        os.makedirs(local, exist_ok=True)
+
+    @property
+    def shards(self) -> list[ShardEntry]:
+        return list(self._shards)
+
+    def write(self, sample: Mapping[str, Any]) -> None:
+        """Encode one sample; may first flush the pending shard if this one would overflow it."""
+        if self._closed:
+            raise ConfigError("MDSWriter: write() after finish()")
+        self._sink.check()
+        data = self._encoder.encode(sample)
+        size = len(data) + 4
+        limit = self.size_limit
+        if limit is not None and self._pending and self._pending_size + size > limit:
+            self._flush()
+        self._pending.append(data)
+        self._pending_size += size
+
+    def _hash(self, data: bytes, basename: str) -> FileInfo:
+        return FileInfo(basename, len(data), {a: hexdigest(a, data) for a in self.hashes})
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        raw_name = f"shard.{len(self._shards):05d}.mds"
+        raw = build_shard(self._pending, self._config_json)
+        raw_info = self._hash(raw, raw_name)
+        zip_info = None
+        data, name = raw, raw_name
+        if self.compression is not None:
+            name = f"{raw_name}.{_comp.extension(self.compression)}"
+            data = _comp.compress(self.compression, raw)
+            zip_info = self._hash(data, name)
+        path = os.path.join(self.local, name)
+        write_atomic(path, data)
+        self._shards.append(
+            ShardEntry(
+                format=self.format,
+                column_encodings=list(self._encoder.encodings),
+                column_names=list(self._encoder.names),
+                column_sizes=list(self._encoder.sizes),
+                compression=self.compression,
+                hashes=list(self.hashes),
+                raw_data=raw_info,
+                zip_data=zip_info,
+                samples=len(self._pending),
+                size_limit=self.size_limit,
+            )
+        )
+        self._pending = []
+        self._pending_size = 8 + len(self._config_json)
+        self._sink.shard_done(path, name)
+
+    def finish(self) -> None:
+        """Flush the last shard, write index.json, and wait for the sink to ship everything."""
+        if self._closed:
+            return
+        try:
+            self._flush()
+            index_path = os.path.join(self.local, INDEX_BASENAME)
+            write_atomic(index_path, dump_index(Index(self._shards)))
+            self._sink.finish(index_path)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._sink.close()
+        finally:
+            if self._own_tmp and not self.keep_local:
+                shutil.rmtree(self.local, ignore_errors=True)
+
+    def __enter__(self) -> MDSWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.finish()
+        else:
+            self._close()

@@ -1,0 +1,185 @@
+"""merge_index: join the index.json files of sub-datasets into one index at their parent.
+
+Theory of operation. Each sub-dataset ``root/part/`` was written by its own writer (typically
+one per process). Merging reads every ``part/index.json``, validates it, prefixes each shard
+file basename with the part's directory name (``part/shard.00000.mds``), concatenates the
+shards in the given order and writes ``root/index.json`` in the reference ``merge_index``
+layout (``{"version": 2, "shards": [...]}``), atomically.
+
+Call forms, as in the reference:
+- ``merge_index(index_file_urls, out, keep_local=True, download_timeout=60)``: explicit list of
+  index.json paths (or ``(local, remote)`` pairs, of which the local one is used when present);
+- ``merge_index(out, keep_local=True, download_timeout=60)``: every ``*/index.json`` directly
+  under ``out``, in the reference's (sorted path) order.
+
+Where sub-indexes come from and where the result goes is behind :class:`IndexLocator`; only the
+local locator exists here. Remote URLs raise ConfigError until the storage layer registers a
+locator through :func:`register_remote_locator`.
+
+Differences from the reference: only ``index.json`` files one directory level down are merged
+in the root form (the reference takes any ``.json`` at any depth, and deeper ones get a wrong
+prefix); ``keep_local=False`` never deletes a purely local output directory (the reference
+removes the whole dataset it just indexed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from astream.core.index import INDEX_BASENAME, FileInfo, Index, ShardEntry, dump_index, parse_index
+from astream.core.paths import safe_relpath
+from astream.errors import ConfigError, FormatError
+from astream.writer.mds import split_out, write_atomic
+
+__all__ = ["IndexLocator", "merge_index", "merge_indexes", "register_remote_locator"]
+
+
+class IndexLocator(Protocol):
+    """Reads sub-indexes and writes the merged index for one kind of location."""
+
+    def list_sub_indexes(self, root: str) -> list[str]: ...
+
+    def read(self, url: str) -> bytes: ...
+
+    def write(self, out: str, data: bytes, keep_local: bool) -> None: ...
+
+
+class LocalLocator:
+    def list_sub_indexes(self, root: str) -> list[str]:
+        if not os.path.isdir(root):
+            raise ConfigError(f"out: {root!r} is not a directory")
+        found = []
+        for name in os.listdir(root):
+            path = os.path.join(root, name, INDEX_BASENAME)
+            if os.path.isfile(path):
+                found.append((f"{name}/{INDEX_BASENAME}", path))
+        return [path for _, path in sorted(found)]
+
+    def read(self, url: str) -> bytes:
+        try:
+            with open(url, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise ConfigError(f"index_file_urls: {url!r} does not exist") from None
+
+    def write(self, out: str, data: bytes, keep_local: bool) -> None:
+        os.makedirs(out, exist_ok=True)
+        write_atomic(os.path.join(out, INDEX_BASENAME), data)
+
+
+_LOCAL = LocalLocator()
+_remote: IndexLocator | None = None
+
+
+def register_remote_locator(locator: IndexLocator | None) -> None:
+    """Let the storage layer handle remote URLs in merge_index."""
+    global _remote
+    _remote = locator
+
+
+def _locator(url: str) -> IndexLocator:
+    if "://" not in url or url.startswith("file://"):
+        return _LOCAL
+    if _remote is None:
+        raise ConfigError(f"merge_index: remote location {url!r} needs the storage layer")
+    return _remote
+
+
+def _prefixed(info: FileInfo | None, prefix: str, source: str) -> FileInfo | None:
+    if info is None:
+        return None
+    name = safe_relpath(f"{prefix}/{info.basename}" if prefix else info.basename, source)
+    return FileInfo(name, info.bytes, info.hashes)
+
+
+def merge_indexes(parts: Sequence[tuple[str, bytes]]) -> Index:
+    """Merge (index url, index bytes) pairs: shards concatenated, basenames prefixed."""
+    shards: list[ShardEntry] = []
+    for url, data in parts:
+        index = parse_index(data, url)
+        prefix = os.path.basename(os.path.dirname(url.rstrip("/")))
+        for s in index.shards:
+            raw = _prefixed(s.raw_data, prefix, url)
+            assert raw is not None
+            shards.append(
+                ShardEntry(
+                    **{
+                        **s.__dict__,
+                        "raw_data": raw,
+                        "zip_data": _prefixed(s.zip_data, prefix, url),
+                        "raw_meta": _prefixed(s.raw_meta, prefix, url),
+                        "zip_meta": _prefixed(s.zip_meta, prefix, url),
+                    }
+                )
+            )
+    return Index(shards)
+
+
+def _pick(url: Any) -> str:
+    if isinstance(url, tuple):
+        if len(url) != 2:
+            raise ConfigError(f"index_file_urls: bad entry {url!r}")
+        local, remote = (str(u).rstrip("/").strip() for u in url)
+        return local if os.path.exists(local) else remote
+    if not isinstance(url, (str, os.PathLike)):
+        raise ConfigError(f"index_file_urls: bad entry {url!r}")
+    return os.fspath(url).rstrip("/").strip()
+
+
+def _from_list(urls: Sequence[Any], out: Any, keep_local: bool) -> None:
+    if not urls or not out:
+        raise ConfigError("merge_index needs both index_file_urls and out")
+    seen: list[str] = []
+    for u in urls:
+        path = _pick(u)
+        if path.startswith("file://"):
+            path = path[len("file://") :]
+        if path not in seen:
+            seen.append(path)
+    parts = [(u, _locator(u).read(u)) for u in seen]
+    data = dump_index(merge_indexes(parts), merge_layout=True)
+    local, remote = split_out(out)
+    target = remote if remote is not None else local
+    assert target is not None
+    _locator(target).write(target, data, keep_local)
+    if local is not None and remote is not None:
+        _LOCAL.write(local, data, True)
+
+
+def _from_root(out: Any, keep_local: bool) -> None:
+    if not out:
+        raise ConfigError("merge_index needs out")
+    local, remote = split_out(out)
+    if local is not None and os.path.isdir(local):
+        subs = _LOCAL.list_sub_indexes(local)
+    elif remote is not None:
+        subs = _locator(remote).list_sub_indexes(remote)
+    else:
+        raise ConfigError(f"out: {local!r} is not a directory")
+    if not subs:
+        raise FormatError("no sub-dataset index.json found one level down", str(local or remote))
+    _from_list(subs, out, keep_local)
+
+
+def merge_index(*args: Any, keep_local: bool = True, **kwargs: Any) -> None:
+    """Merge sub-dataset indexes; see the module docstring for the two call forms."""
+    kwargs.pop("download_timeout", None)
+    if "keep_local" in kwargs:
+        keep_local = bool(kwargs.pop("keep_local"))
+    if args and isinstance(args[0], list):
+        rest = list(args[1:])
+        if len(rest) >= 2:
+            keep_local = bool(rest[1])
+        out = rest[0] if rest else kwargs.pop("out", None)
+        if kwargs:
+            raise ConfigError(f"merge_index: unknown argument(s) {sorted(kwargs)}")
+        _from_list(args[0], out, keep_local)
+        return
+    out = args[0] if args else kwargs.pop("out", None)
+    if len(args) >= 2:
+        keep_local = bool(args[1])
+    if kwargs or len(args) > 3:
+        raise ConfigError(f"merge_index: invalid arguments {args!r} {sorted(kwargs)}")
+    _from_root(out, keep_local)

@@ -1,0 +1,88 @@
+#!/usr/bin/env python
+"""Regenerate tests/golden/data/ with the reference writer (mosaicml-streaming 0.13.0).
+
+Usage:  python scripts/gen_golden.py [--peer-python /work/peervenv/bin/python]
+
+Run with any python: it re-executes itself under the peer venv's python (which has
+``mosaicml-streaming==0.13.0`` installed) with a stub ``torchvision`` package on PYTHONPATH;
+``import streaming`` imports torchvision, whose registry build does not load beside the CPU
+torch here, and nothing this script calls uses it. The samples and writer parameters come from
+tests/golden/golden_samples.py, which the tests import too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GOLDEN = os.path.join(ROOT, "tests", "golden")
+OUT = os.path.join(GOLDEN, "data")
+
+_STUBS = {
+    "torchvision/__init__.py": "",
+    "torchvision/datasets/__init__.py": "class VisionDataset:\n    pass\n\n\nclass CIFAR10:\n    pass\n",
+    "torchvision/transforms/__init__.py": "",
+    "torchvision/transforms/functional.py": "def to_tensor(x):\n    raise NotImplementedError\n",
+}
+
+
+def _outer(peer_python: str) -> int:
+    with tempfile.TemporaryDirectory() as stub:
+        for rel, text in _STUBS.items():
+            path = os.path.join(stub, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([stub, GOLDEN]))
+        return subprocess.call([peer_python, os.path.abspath(__file__), "--inner"], env=env)
+
+
+def _inner() -> None:
+    import golden_samples as gs
+    from streaming import MDSWriter
+    from streaming.base.format.json import JSONWriter
+    from streaming.base.format.xsv import CSVWriter, TSVWriter
+    from streaming.base.util import merge_index
+
+    writers = {"mds": MDSWriter, "json": JSONWriter, "csv": CSVWriter, "tsv": TSVWriter}
+    shutil.rmtree(OUT, ignore_errors=True)
+    for name, spec in gs.SPECS.items():
+        cls = writers[spec.get("writer", "mds")]
+        out = os.path.join(OUT, name)
+        with cls(
+            out=out,
+            columns=spec["columns"],
+            compression=spec["compression"],
+            hashes=spec["hashes"],
+            size_limit=spec["size_limit"],
+        ) as w:
+            for sample in gs.samples_for(name):
+                w.write(sample)
+        print(f"wrote {name}: {sorted(os.listdir(out))}")
+    merge_index(os.path.join(OUT, "merged"), keep_local=True)
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(OUT) for f in files)
+    print(f"total {total} bytes under {OUT}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--peer-python",
+        default=os.environ.get("ASTREAM_PEER_PYTHON", "/work/peervenv/bin/python"),
+        help="python of a venv with mosaicml-streaming==0.13.0",
+    )
+    args = ap.parse_args()
+    if args.inner:
+        _inner()
+        return 0
+    return _outer(args.peer_python)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
