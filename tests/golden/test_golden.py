@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import golden_samples as gs  # noqa: E402
+import golden_samples as gs
 
-from astream.core.compression import decompress  # noqa: E402
-from astream.core.index import parse_index  # noqa: E402
-from astream.errors import UnsafeEncodingError  # noqa: E402
-from astream.local import LocalDataset  # noqa: E402
-from astream.writer.merge import merge_index  # noqa: E402
-from astream.writer.mds import MDSWriter  # noqa: E402
+from astream.core.compression import decompress
+from astream.core.index import parse_index
+from astream.errors import UnsafeEncodingError
+from astream.local import LocalDataset
+from astream.writer.mds import MDSWriter
+from astream.writer.merge import merge_index
 
 DATA = Path(__file__).resolve().parent / "data"
 MDS_FIXTURES = [n for n, s in gs.SPECS.items() if s.get("writer", "mds") == "mds"]
