@@ -18,6 +18,7 @@ _EXPORTS: dict[str, str] = {
     "Stream": "astream.stream",
     "StreamingDataset": "astream.torch.dataset",
     "StreamingDataLoader": "astream.torch.dataloader",
+    "AsyncStreamingDataset": "astream.aio",
 }
 
 __all__ = [*sorted(_EXPORTS), "__version__"]

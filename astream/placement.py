@@ -1,0 +1,79 @@
+"""Who am I in the job: nodes, ranks and DataLoader workers, read from torchrun and torch.
+
+torch is optional here (imported only if installed): an asyncio trainer without torch is a
+single rank with no workers unless torchrun's variables say otherwise.
+
+torchrun sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE``; without them a
+process group the *user* initialised is asked (we never create or destroy one); without either
+this is a single process. The DataLoader's ``get_worker_info()`` gives the worker.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from astream.core.world import World
+from astream.errors import ConfigError
+
+__all__ = ["Placement", "detect"]
+
+
+@dataclass(frozen=True)
+class Placement:
+    world: World
+    rank: int  # global rank
+    worker: int  # DataLoader worker id within the rank (0 without workers)
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def _ranks() -> tuple[int, int, int]:
+    """(global rank, world size, ranks per node)."""
+    rank, size = _env_int("RANK"), _env_int("WORLD_SIZE")
+    if rank is None or size is None:
+        try:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                rank, size = dist.get_rank(), dist.get_world_size()
+        except ImportError:  # pragma: no cover - torch is this layer's dependency
+            pass
+    if rank is None or size is None:
+        return 0, 1, 1
+    local = _env_int("LOCAL_WORLD_SIZE") or size
+    if size % local:
+        raise ConfigError(f"WORLD_SIZE={size} is not a multiple of LOCAL_WORLD_SIZE={local}")
+    if not 0 <= rank < size:
+        raise ConfigError(f"RANK={rank} is outside WORLD_SIZE={size}")
+    return rank, size, local
+
+
+def detect(replication: int | None = None) -> Placement:
+    """This process's place. ``replication`` groups that many consecutive ranks into one
+    replica that sees the same samples (tensor/sequence parallelism)."""
+    rank, size, local = _ranks()
+    workers, worker = 1, 0
+    try:
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        if info is not None:
+            workers, worker = info.num_workers, info.id
+    except ImportError:  # pragma: no cover
+        pass
+    if replication is not None and replication > 1:
+        if local % replication:
+            raise ConfigError(f"replication={replication} must divide the ranks per node ({local})")
+        return Placement(
+            World(size // local, local // replication, workers), rank // replication, worker
+        )
+    return Placement(World(size // local, local, workers), rank, worker)

@@ -1,0 +1,101 @@
+"""``StreamingDataLoader``: a torch DataLoader that can checkpoint and resume mid-epoch.
+
+Theory of operation
+-------------------
+Before it starts its workers, the loader settles in the main process which epoch runs and from
+which global position (a fresh epoch, or what ``load_state_dict`` asked for), and pins that on
+the dataset; the workers, being copies, all iterate that same epoch slice. The loader counts the
+samples it has handed out; ``state_dict`` turns that into a global position by multiplying by
+the number of (replica) ranks -- every rank consumes the same number of batches per step.
+Resuming on another World or with another ``num_workers`` works because the epoch plan deals
+any global position to any World.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from astream.errors import ConfigError
+from astream.placement import detect
+from astream.torch.dataset import StreamingDataset
+
+__all__ = ["StreamingDataLoader"]
+
+
+def _batch_len(batch: Any) -> int:
+    if hasattr(batch, "shape") and len(batch.shape):
+        return int(batch.shape[0])
+    if isinstance(batch, dict):
+        return _batch_len(next(iter(batch.values()))) if batch else 0
+    if isinstance(batch, (list, tuple)):
+        if (
+            (batch
+            and isinstance(batch[0], (list, tuple, dict)))
+            or (batch
+            and hasattr(batch[0], "shape"))
+        ):
+            return _batch_len(batch[0])
+        return len(batch)
+    return 1
+
+
+class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
+    """``torch.utils.data.DataLoader`` plus ``state_dict``/``load_state_dict``."""
+
+    def __init__(self, dataset: StreamingDataset, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(dataset, StreamingDataset):
+            raise ConfigError(
+                f"StreamingDataLoader needs an astream StreamingDataset, got {type(dataset)!r}"
+            )
+        if kwargs.get("persistent_workers"):
+            raise ConfigError(
+                "persistent_workers=True is not supported yet: astream starts each epoch's "
+                "workers on the epoch the loader settled"
+            )
+        super().__init__(dataset, *args, **kwargs)
+        if dataset.batch_size is None and self.batch_size is not None:
+            dataset.batch_size = self.batch_size
+        elif (
+            dataset.batch_size is not None
+            and self.batch_size is not None
+            and dataset.batch_size != self.batch_size
+        ):
+            raise ConfigError(
+                f"StreamingDataLoader batch_size={self.batch_size} differs from the dataset's "
+                f"batch_size={dataset.batch_size}; they must match for exact resumption"
+            )
+        self.num_samples_yielded = 0
+        self._start = 0
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        ds: StreamingDataset = self.dataset  # type: ignore[assignment]
+        ds._pinned = None
+        epoch, start = ds._take_epoch()
+        ds._pinned = (epoch, start)
+        self._start = start
+        self.num_samples_yielded = 0
+        try:
+            for batch in super().__iter__():
+                self.num_samples_yielded += _batch_len(batch)
+                yield batch
+        finally:
+            ds._pinned = None
+            ds._current = (epoch, start)
+
+    def _ranks(self) -> int:
+        ds: StreamingDataset = self.dataset  # type: ignore[assignment]
+        return detect(ds.cfg.replication).world.num_ranks
+
+    def state_dict(self) -> dict[str, Any]:
+        """The dataset's state at the samples this loader has yielded (all ranks)."""
+        ds: StreamingDataset = self.dataset  # type: ignore[assignment]
+        consumed = self.num_samples_yielded * self._ranks()
+        return ds.state_dict(consumed, from_beginning=False)
+
+    def load_state_dict(self, obj: dict[str, Any]) -> None:
+        ds: StreamingDataset = self.dataset  # type: ignore[assignment]
+        ds.load_state_dict(obj)
+        self.num_samples_yielded = 0
