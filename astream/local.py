@@ -62,6 +62,9 @@ class LocalDataset:
         counts = self.index.sample_counts()
         self._starts: list[int] = [0, *np.cumsum(counts).tolist()]
         self.num_samples = self._starts[-1]
+        self._reset()
+
+    def _reset(self) -> None:
         layouts: dict[tuple[Any, ...], SampleDecoder] = {}
         self._decoders: list[SampleDecoder | None] = []
         for s in self.shards:
@@ -70,18 +73,15 @@ class LocalDataset:
                 continue
             key = (tuple(s.column_names), tuple(s.column_encodings), tuple(s.column_sizes))
             if key not in layouts:
-                layouts[key] = SampleDecoder(s, allow_unsafe_types, self._path(s.raw_data))
+                layouts[key] = SampleDecoder(s, self.allow_unsafe_types, self._path(s.raw_data))
             self._decoders.append(layouts[key])
-        self._reset()
-
-    def _reset(self) -> None:
         self._views: list[_View | None] = [None] * len(self.shards)
         self._lru: OrderedDict[int, int] = OrderedDict()
         self._lru_bytes = 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_views", "_lru", "_lru_bytes"):
+        for key in ("_views", "_lru", "_lru_bytes", "_decoders"):
             state.pop(key)
         return state
 

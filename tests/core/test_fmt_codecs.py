@@ -80,7 +80,7 @@ def test_hashes() -> None:
     names = hash_names()
     assert {"md5", "sha1", "blake2b", "sha3_256", "xxh32", "xxh128"} <= set(names)
     assert not any(n.startswith("shake_") for n in names)
-    with pytest.raises(ConfigError, match="^hashes: unsupported hash algorithm 'shake_128'"):
+    with pytest.raises(ConfigError, match=r"^hashes: unsupported hash algorithm 'shake_128'"):
         validate_hash("shake_128")
 
 
@@ -95,5 +95,5 @@ def test_parse_size(value: int | str, expected: int) -> None:
 
 @pytest.mark.parametrize("value", ["", "kb", "12 parsecs", "1.5", "nankb", True])
 def test_parse_size_bad(value: object) -> None:
-    with pytest.raises(ConfigError, match="^size_limit"):
+    with pytest.raises(ConfigError, match=r"^size_limit"):
         parse_size(value, "size_limit")  # type: ignore[arg-type]

@@ -162,7 +162,7 @@ def test_bad_values(enc: str, value: object, message: str) -> None:
     ],
 )
 def test_unknown_encodings(enc: str, message: str) -> None:
-    with pytest.raises(ConfigError, match="^" + message.replace("[", r"\[")):
+    with pytest.raises(ConfigError, match=r"^" + message.replace("[", r"\[")):
         get_coder(enc)
 
 
