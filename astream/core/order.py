@@ -15,8 +15,10 @@ batch size (except ``stratified``, whose stratum is ``global_batch_size``).
 - ``batching_method="stratified"``: each stream has its own SubPlan; ``G`` is cut into strata
   of ``U = global_batch_size`` positions and every stratum holds exactly ``k_s`` samples of
   stream ``s`` (``k`` = ``U`` split by largest remainder of the stream proportions, ties to the
-  lower stream index), stream after stream. The epoch has ``min_s floor(chosen_s / k_s)`` full
-  strata; what a stream chose beyond that (the tail of its own order) is left out this epoch.
+  lower stream index; the weights are the proportions when relative, else the chosen counts),
+  stream after stream. The epoch has ``F = min_s floor(chosen_s / k_s)`` full strata, and each
+  stream's count is reset to ``F * k_s`` *before* its samples are picked, so a stream never
+  repeats a sample before using every one (its surplus is simply not chosen this epoch).
 
 **Dealing** (:meth:`EpochPlan.worker_batches`). With ``R`` ranks, per-device batch ``bs`` and
 global batch ``GB = R * bs``, resuming at global position ``k`` (0 for a fresh epoch):
@@ -165,13 +167,24 @@ def plan_epoch(
         return EpochPlan([make(Pieces.concat(pieces), 0)], None, batch_size, block, ncn, sizes)
     stratum = batch_size if global_batch_size is None else global_batch_size
     check_positive_int("global_batch_size", stratum)
-    k = _stratum_counts(stratum, chosen)
+    relative = streams[0].proportion is not None
+    weights = np.array([s.proportion for s in streams], np.float64) if relative else chosen
+    k = _stratum_counts(stratum, weights.astype(np.float64), chosen)
+    full = min(int(c) // int(n) for c, n in zip(chosen, k) if n > 0)
+    if full == 0:
+        raise ConfigError(
+            f"global_batch_size={stratum}: not even one full stratum fits in the epoch"
+        )
+    # every stream contributes exactly `full` strata's worth: re-choose with those counts
+    pieces, partials = build_pieces(
+        sizes, k * full, seed=seed, partial_epoch=partial_epoch, granularity=sampling_granularity
+    )
     subs = [make(p, s + 1) for s, p in enumerate(pieces)]
-    return EpochPlan(subs, k, batch_size, block, ncn, sizes, chosen)
+    return EpochPlan(subs, k, batch_size, block, ncn, sizes)
 
 
-def _stratum_counts(stratum: int, chosen: I64) -> I64:
-    k = largest_remainder(stratum, chosen.astype(np.float64))
+def _stratum_counts(stratum: int, weights: NDArray[np.float64], chosen: I64) -> I64:
+    k = largest_remainder(stratum, weights)
     for s in np.flatnonzero((k == 0) & (chosen > 0)).tolist():
         raise ConfigError(
             f"global_batch_size={stratum} is too small for streams[{s}]: its share of a stratum "
@@ -184,21 +197,18 @@ class EpochPlan:
     """The planned global sequence of one epoch, and how it is dealt (see module docstring)."""
 
     def __init__(self, subs: list[SubPlan], strata: I64 | None, batch_size: int, block_size: int,
-                 ncn: int, sizes: list[I64], chosen: I64 | None = None) -> None:  # fmt: skip
+                 ncn: int, sizes: list[I64]) -> None:  # fmt: skip
         self._subs = subs
         self._strata = strata
         self.batch_size = batch_size
         self.block_size = block_size
         self.num_canonical_nodes = ncn
         self._shard_ends = np.cumsum(np.concatenate(sizes)).astype(np.int64)
-        if strata is None or chosen is None:
+        if strata is None:
             self.num_samples = subs[0].num_samples
         else:
-            full = min(int(c) // int(k) for c, k in zip(chosen, strata) if k > 0)
-            self.num_samples = full * int(strata.sum())
+            self.num_samples = sum(s.num_samples for s in subs)
             self._cum = np.concatenate([[0], np.cumsum(strata)]).astype(np.int64)
-        if self.num_samples == 0:
-            raise ConfigError("global_batch_size: not even one full stratum fits in the epoch")
 
     # -- the global sequence -------------------------------------------------------------------
     def global_ids(self, start: int, stop: int) -> I64:
