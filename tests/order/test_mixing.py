@@ -124,6 +124,7 @@ def test_stratified_every_stratum_exact(streams, seed, stratum, shuffle):
         n = sum(sizes)
         q, r = divmod(int(chosen[s]), n)
         assert all(counts[i] in (q, q + 1) for i in range(lo, lo + n))
+        assert sum(counts[i] == q + 1 for i in range(lo, lo + n)) == r
 
 
 @pytest.mark.parametrize("method", ["random", "stratified"])

@@ -46,7 +46,7 @@ def test_global_batches_identical_on_every_world(sizes, ncn, bs, shuffle, block,
     NCNS,
     st.integers(1, 3),
     st.booleans(),
-    st.sampled_from(WORLDS_8 + [World(2, 2, 3)]),
+    st.sampled_from([*WORLDS_8, World(2, 2, 3)]),
 )
 def test_round_robin_reproduces_rank_sequence(sizes, ncn, bs, shuffle, world):
     p = plan(sizes, num_canonical_nodes=ncn, batch_size=bs, shuffle=shuffle, shuffle_block_size=7)
