@@ -201,6 +201,10 @@ class StreamingCore:
         async for sample in self.engine.aiter_samples(self._batches(epoch, start)):
             yield sample
 
+    async def aclose(self) -> None:
+        """Close the connections ``aiter``/``aget`` opened on the running loop."""
+        await self.engine.aclose()
+
     async def aiter_batches(self) -> AsyncIterator[list[dict[str, Any]]]:
         """Like :meth:`aiter`, grouped into the planned per-device batches."""
         size = self.cfg.batch_or_1

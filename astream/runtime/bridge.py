@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["get_loop", "in_loop_thread", "run", "shutdown", "submit"]
+__all__ = ["add_finalizer", "get_loop", "in_loop_thread", "run", "shutdown", "submit"]
 
 
 class _LoopThread:
@@ -39,6 +39,7 @@ class _LoopThread:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
+        self.finalizers: list[Callable[[], Awaitable[None]]] = []
         self.thread = threading.Thread(target=self._main, name="astream-loop", daemon=True)
         self.thread.start()
         self._ready.wait()
@@ -50,6 +51,11 @@ class _LoopThread:
             self.loop.run_forever()
         finally:
             try:
+                for fin in self.finalizers:
+                    try:
+                        self.loop.run_until_complete(asyncio.wait_for(fin(), 5.0))
+                    except Exception:
+                        pass
                 self._cancel_all()
                 self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             finally:
@@ -94,6 +100,11 @@ def _get() -> _LoopThread:
 def get_loop() -> asyncio.AbstractEventLoop:
     """This process's astream loop, started on first use."""
     return _get().loop
+
+
+def add_finalizer(fn: Callable[[], Awaitable[None]]) -> None:
+    """Run ``await fn()`` on this process's loop when it shuts down (closing sessions)."""
+    _get().finalizers.append(fn)
 
 
 def in_loop_thread() -> bool:

@@ -184,6 +184,10 @@ class Engine:
             pf.cancel()
             opener.release_all()
 
+    async def aclose(self) -> None:
+        """Close the connections opened on the running loop (by ``aiter``/``aget``)."""
+        await self.stores.aclose_loop()
+
     # -- random access -------------------------------------------------------------------------
     def get(self, i: int) -> dict[str, Any]:
         """Sample ``i`` (a global index) without downloading its shard when avoidable."""

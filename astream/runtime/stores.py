@@ -12,6 +12,7 @@ import asyncio
 import weakref
 from typing import Any
 
+from astream.runtime import bridge
 from astream.storage import ObjectStore, RetryPolicy, open_store
 
 __all__ = ["StorePool"]
@@ -40,6 +41,8 @@ class StorePool:
         if stores is None:
             stores = {}
             self._by_loop[loop] = stores
+            if bridge.in_loop_thread():
+                bridge.add_finalizer(self.aclose_loop)
         store = stores.get(url)
         if store is None:
             store = open_store(url, retry=self.retry, **self.options)
