@@ -51,8 +51,13 @@ from astream.core.partition import SubPlan, locality_bound
 from astream.core.world import World, check_positive_int
 from astream.errors import ConfigError
 
-__all__ = ["DEFAULT_NUM_CANONICAL_NODES", "EpochPlan", "StreamSpec", "default_block_size",
-           "plan_epoch"]  # fmt: skip
+__all__ = [
+    "DEFAULT_NUM_CANONICAL_NODES",
+    "EpochPlan",
+    "StreamSpec",
+    "default_block_size",
+    "plan_epoch",
+]
 
 I64 = NDArray[np.int64]
 DEFAULT_NUM_CANONICAL_NODES = 1
@@ -160,8 +165,17 @@ def plan_epoch(
     num_shards = sum(len(a) for a in sizes)
 
     def make(p: Pieces, sub: int) -> SubPlan:
-        return SubPlan(p, partials, ncn=ncn, shuffle=bool(shuffle), seed=seed, epoch=epoch,
-                       block_size=block, sub=sub, num_shards=num_shards)  # fmt: skip
+        return SubPlan(
+            p,
+            partials,
+            ncn=ncn,
+            shuffle=bool(shuffle),
+            seed=seed,
+            epoch=epoch,
+            block_size=block,
+            sub=sub,
+            num_shards=num_shards,
+        )
 
     if batching_method == "random":
         return EpochPlan([make(Pieces.concat(pieces), 0)], None, batch_size, block, ncn, sizes)
@@ -196,8 +210,15 @@ def _stratum_counts(stratum: int, weights: NDArray[np.float64], chosen: I64) -> 
 class EpochPlan:
     """The planned global sequence of one epoch, and how it is dealt (see module docstring)."""
 
-    def __init__(self, subs: list[SubPlan], strata: I64 | None, batch_size: int, block_size: int,
-                 ncn: int, sizes: list[I64]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        subs: list[SubPlan],
+        strata: I64 | None,
+        batch_size: int,
+        block_size: int,
+        ncn: int,
+        sizes: list[I64],
+    ) -> None:
         self._subs = subs
         self._strata = strata
         self.batch_size = batch_size

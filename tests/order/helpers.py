@@ -18,8 +18,9 @@ shard_sizes = st.lists(st.integers(0, 40), min_size=1, max_size=12).filter(lambd
 
 
 def plan(sizes: list[int], **kw: object) -> EpochPlan:
-    args: dict[str, object] = dict(seed=0, epoch=0, num_canonical_nodes=1, batch_size=1,
-                                   shuffle=True)  # fmt: skip
+    args: dict[str, object] = dict(
+        seed=0, epoch=0, num_canonical_nodes=1, batch_size=1, shuffle=True
+    )
     args.update(kw)
     return plan_epoch([StreamSpec(np.array(sizes, np.int64))], **args)  # type: ignore[arg-type]
 

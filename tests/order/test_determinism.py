@@ -18,13 +18,54 @@ def test_raw_generator_output_is_pinned():
 
 def test_mixed_plan_is_pinned():
     streams = [StreamSpec(np.array([5, 7, 0, 3, 9])), StreamSpec(np.array([4, 4]), repeat=1.5)]
-    p = plan_epoch(streams, seed=1234, epoch=2, num_canonical_nodes=2, batch_size=2,
-                   shuffle=True, shuffle_block_size=6)  # fmt: skip
+    p = plan_epoch(
+        streams,
+        seed=1234,
+        epoch=2,
+        num_canonical_nodes=2,
+        batch_size=2,
+        shuffle=True,
+        shuffle_block_size=6,
+    )
     assert p.num_samples == 36
     assert p.global_ids(0, 36).tolist() == [
-        5, 19, 1, 16, 2, 17, 4, 15, 0, 20, 3, 18, 9, 13, 8, 21, 6, 23, 11, 14, 10, 22, 7, 12,
-        29, 26, 30, 25, 31, 27, 29, 26, 28, 24, 31, 24,
-    ]  # fmt: skip
+        5,
+        19,
+        1,
+        16,
+        2,
+        17,
+        4,
+        15,
+        0,
+        20,
+        3,
+        18,
+        9,
+        13,
+        8,
+        21,
+        6,
+        23,
+        11,
+        14,
+        10,
+        22,
+        7,
+        12,
+        29,
+        26,
+        30,
+        25,
+        31,
+        27,
+        29,
+        26,
+        28,
+        24,
+        31,
+        24,
+    ]
 
 
 def test_no_shuffle_is_index_order_interleaved_over_canonical_nodes():
@@ -35,7 +76,11 @@ def test_no_shuffle_is_index_order_interleaved_over_canonical_nodes():
 
 
 def test_seed_changes_the_order_and_ncn_is_part_of_it():
-    ids = {(seed, ncn): tuple(plan([50, 50], seed=seed, num_canonical_nodes=ncn)
-                              .global_ids(0, 100).tolist())
-           for seed in (0, 1) for ncn in (1, 2)}  # fmt: skip
+    ids = {
+        (seed, ncn): tuple(
+            plan([50, 50], seed=seed, num_canonical_nodes=ncn).global_ids(0, 100).tolist()
+        )
+        for seed in (0, 1)
+        for ncn in (1, 2)
+    }
     assert len(set(ids.values())) == 4

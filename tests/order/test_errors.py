@@ -53,22 +53,33 @@ def test_bad_arguments_named(kwargs, message):
         ([spec([])], "streams: the dataset is empty (every shard_sizes sums to 0)"),
         ([spec([3, -1])], "streams[0].shard_sizes: negative shard size -1"),
         ([StreamSpec(np.array([1.5]))], "streams[0].shard_sizes: need a 1-D integer array"),
-        ([spec([3], proportion=1, repeat=2)], "streams[0]: give at most one of proportion, "
-         "repeat, choose"),
+        (
+            [spec([3], proportion=1, repeat=2)],
+            "streams[0]: give at most one of proportion, repeat, choose",
+        ),
         ([spec([3], proportion=-1)], "streams[0].proportion: must be finite and >= 0, got -1"),
         ([spec([3], repeat=float("nan"))], "streams[0].repeat: must be finite and >= 0, got nan"),
         ([spec([3], choose=-4)], "streams[0].choose must be >= 0, got -4"),
-        ([spec([3], proportion=1), spec([2])], "streams[1]: relative (proportion) and absolute "
-         "(repeat, choose, none) stream weights cannot be mixed"),
-        ([spec([3], proportion=0), spec([2], proportion=0)],
-         "proportion: must be finite with a positive sum, got [0, 0]"),
-        ([spec([3], proportion=1), spec([0], proportion=1)],
-         "streams[1]: proportion=1.0 but the stream is empty"),
-        ([spec([3]), spec([0, 0], choose=5)],
-         "streams[1]: choose=5 is larger than possible: the stream is empty"),
+        (
+            [spec([3], proportion=1), spec([2])],
+            "streams[1]: relative (proportion) and absolute "
+            "(repeat, choose, none) stream weights cannot be mixed",
+        ),
+        (
+            [spec([3], proportion=0), spec([2], proportion=0)],
+            "proportion: must be finite with a positive sum, got [0, 0]",
+        ),
+        (
+            [spec([3], proportion=1), spec([0], proportion=1)],
+            "streams[1]: proportion=1.0 but the stream is empty",
+        ),
+        (
+            [spec([3]), spec([0, 0], choose=5)],
+            "streams[1]: choose=5 is larger than possible: the stream is empty",
+        ),
         ([spec([3], repeat=0.1)], "streams: the weights choose no sample at all for this epoch"),
     ],
-)  # fmt: skip
+)
 def test_bad_streams_named(streams, message):
     with pytest.raises(ConfigError) as e:
         plan_epoch(streams, seed=0, epoch=0, num_canonical_nodes=1, batch_size=1, shuffle=True)
@@ -77,15 +88,30 @@ def test_bad_streams_named(streams, message):
 
 def test_epoch_size_only_with_relative_weights():
     with pytest.raises(ConfigError, match=r"^epoch_size: only allowed with relative"):
-        plan_epoch([spec([3], repeat=2)], seed=0, epoch=0, num_canonical_nodes=1, batch_size=1,
-                   shuffle=True, epoch_size=5)  # fmt: skip
+        plan_epoch(
+            [spec([3], repeat=2)],
+            seed=0,
+            epoch=0,
+            num_canonical_nodes=1,
+            batch_size=1,
+            shuffle=True,
+            epoch_size=5,
+        )
 
 
 def test_stratified_stream_share_rounding_to_zero():
     streams = [spec([100], proportion=0.95), spec([100], proportion=0.05)]
     with pytest.raises(ConfigError) as e:
-        plan_epoch(streams, seed=0, epoch=0, num_canonical_nodes=1, batch_size=4, shuffle=True,
-                   batching_method="stratified", global_batch_size=8)  # fmt: skip
+        plan_epoch(
+            streams,
+            seed=0,
+            epoch=0,
+            num_canonical_nodes=1,
+            batch_size=4,
+            shuffle=True,
+            batching_method="stratified",
+            global_batch_size=8,
+        )
     assert str(e.value) == (
         "global_batch_size=8 is too small for streams[1]: its share of a stratum rounds to 0 "
         "samples; raise global_batch_size or that stream's weight"
@@ -113,12 +139,21 @@ def test_world_incompatible_with_canonical_nodes():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda p: p.worker_batches(World(1, 2, 2), 2, 0), "global_rank must be < num_ranks=2, got 2"),
-        (lambda p: p.worker_batches(World(1, 2, 2), 1, 2), "worker must be < workers_per_rank=2, got 2"),
+        (
+            lambda p: p.worker_batches(World(1, 2, 2), 2, 0),
+            "global_rank must be < num_ranks=2, got 2",
+        ),
+        (
+            lambda p: p.worker_batches(World(1, 2, 2), 1, 2),
+            "worker must be < workers_per_rank=2, got 2",
+        ),
         (lambda p: p.worker_batches(World(), 0, 0, start=-1), "start must be >= 0, got -1"),
-        (lambda p: p.worker_batches(World(), 0, 0, start=21), "start=21 is past the epoch's 20 samples"),
+        (
+            lambda p: p.worker_batches(World(), 0, 0, start=21),
+            "start=21 is past the epoch's 20 samples",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_dealing_arguments(call, message):
     with pytest.raises(ConfigError) as e:
         call(plan([10, 10]))

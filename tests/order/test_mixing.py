@@ -83,8 +83,13 @@ def test_epoch_size_with_unspecified_weights_is_proportional_to_size():
 
 def test_balanced_redraws_partial_each_epoch_fixed_keeps_it():
     s = [spec([50, 50, 50], repeat=0.3)]
-    sets = {m: [frozenset(mixed(s, epoch=e, sampling_method=m).global_ids(0, 45).tolist())
-                for e in range(4)] for m in ("balanced", "fixed")}  # fmt: skip
+    sets = {
+        m: [
+            frozenset(mixed(s, epoch=e, sampling_method=m).global_ids(0, 45).tolist())
+            for e in range(4)
+        ]
+        for m in ("balanced", "fixed")
+    }
     assert len(set(sets["fixed"])) == 1
     assert len(set(sets["balanced"])) == 4
 
@@ -102,13 +107,23 @@ def test_granularity_draws_runs_from_the_same_shard():
 
 
 @SETTINGS
-@given(st.lists(sizes_st, min_size=2, max_size=3), st.integers(0, 2**32), st.integers(8, 24),
-       st.booleans())  # fmt: skip
+@given(
+    st.lists(sizes_st, min_size=2, max_size=3),
+    st.integers(0, 2**32),
+    st.integers(8, 24),
+    st.booleans(),
+)
 def test_stratified_every_stratum_exact(streams, seed, stratum, shuffle):
     props = [1.0 + i for i in range(len(streams))]
     specs = [spec(s, proportion=w) for s, w in zip(streams, props)]
-    p = mixed(specs, seed=seed, batching_method="stratified", global_batch_size=stratum,
-              shuffle=shuffle, epoch_size=4 * stratum)  # fmt: skip
+    p = mixed(
+        specs,
+        seed=seed,
+        batching_method="stratified",
+        global_batch_size=stratum,
+        shuffle=shuffle,
+        epoch_size=4 * stratum,
+    )
     quota = stratum * np.array(props) / sum(props)
     k = np.floor(quota).astype(int)
     k[np.argsort(-(quota - k), kind="stable")[: stratum - k.sum()]] += 1
@@ -130,10 +145,22 @@ def test_stratified_every_stratum_exact(streams, seed, stratum, shuffle):
 @pytest.mark.parametrize("method", ["random", "stratified"])
 def test_mixed_plans_keep_world_invariance_and_resume(method):
     specs = [spec([13, 9, 20], proportion=0.6), spec([7, 7], proportion=0.4)]
-    p = mixed(specs, batch_size=2, batching_method=method, global_batch_size=16,
-              num_canonical_nodes=4, shuffle_block_size=6)  # fmt: skip
-    big = mixed(specs, batch_size=16, batching_method=method, global_batch_size=16,
-                num_canonical_nodes=4, shuffle_block_size=6)  # fmt: skip
+    p = mixed(
+        specs,
+        batch_size=2,
+        batching_method=method,
+        global_batch_size=16,
+        num_canonical_nodes=4,
+        shuffle_block_size=6,
+    )
+    big = mixed(
+        specs,
+        batch_size=16,
+        batching_method=method,
+        global_batch_size=16,
+        num_canonical_nodes=4,
+        shuffle_block_size=6,
+    )
     ref = global_batches(big, World(1, 1, 1))
     for world in WORLDS_8:
         assert global_batches(p, world) == ref

@@ -20,8 +20,14 @@ SETTINGS = settings(max_examples=40, deadline=None)
 @SETTINGS
 @given(shard_sizes, NCNS, st.integers(0, 2**40), st.integers(0, 5), st.booleans(), BLOCKS)
 def test_every_sample_exactly_once(sizes, ncn, seed, epoch, shuffle, block):
-    p = plan(sizes, num_canonical_nodes=ncn, seed=seed, epoch=epoch, shuffle=shuffle,
-             shuffle_block_size=block)  # fmt: skip
+    p = plan(
+        sizes,
+        num_canonical_nodes=ncn,
+        seed=seed,
+        epoch=epoch,
+        shuffle=shuffle,
+        shuffle_block_size=block,
+    )
     ids = p.global_ids(0, p.num_samples)
     assert p.num_samples == sum(sizes)
     assert sorted(ids.tolist()) == list(range(sum(sizes)))
@@ -70,8 +76,12 @@ def test_padding_only_at_end_and_from_epoch_start(sizes, ncn, bs, shuffle, data)
     assert sorted(seq[: n - start].tolist()) == sorted(p.global_ids(start, n).tolist())
     pad = seq[n - start :].tolist()
     assert pad == [p.global_ids(0, n)[i % n] for i in range(len(pad))]
-    dealt = Counter(i for r in range(world.num_ranks) for b in round_robin(p, world, r, start)
-                    for i in b.tolist())  # fmt: skip
+    dealt = Counter(
+        i
+        for r in range(world.num_ranks)
+        for b in round_robin(p, world, r, start)
+        for i in b.tolist()
+    )
     assert dealt == Counter(seq.tolist())
 
 
@@ -93,8 +103,9 @@ def test_resume_is_the_suffix_on_any_world(sizes, ncn, bs, shuffle, data):
     assert consumed == Counter(p.global_ids(0, stop_batches * gb).tolist())
     # the resumed run yields exactly the suffix from `start` (plus its own end padding)
     real = Counter(uninterrupted[start:].tolist())
-    assert resumed - real == Counter(p.global_ids(n, n + p.padded_num_samples(second, start)
-                                                  - (n - start)).tolist())  # fmt: skip
+    assert resumed - real == Counter(
+        p.global_ids(n, n + p.padded_num_samples(second, start) - (n - start)).tolist()
+    )
     assert real - resumed == Counter()
     # and batch by batch it is the suffix of the global sequence
     g = p.global_ids(start, start + p.padded_num_samples(second, start))
@@ -111,8 +122,12 @@ def test_deterministic(sizes, ncn, seed, shuffle, block):
 
 
 @SETTINGS
-@given(st.lists(st.integers(20, 60), min_size=2, max_size=8), NCNS, st.integers(0, 2**32),
-       st.integers(0, 100))  # fmt: skip
+@given(
+    st.lists(st.integers(20, 60), min_size=2, max_size=8),
+    NCNS,
+    st.integers(0, 2**32),
+    st.integers(0, 100),
+)
 def test_epochs_differ(sizes, ncn, seed, epoch):
     a = plan(sizes, num_canonical_nodes=ncn, seed=seed, epoch=epoch)
     b = plan(sizes, num_canonical_nodes=ncn, seed=seed, epoch=epoch + 1)
@@ -120,8 +135,13 @@ def test_epochs_differ(sizes, ncn, seed, epoch):
 
 
 @SETTINGS
-@given(st.lists(st.integers(1, 30), min_size=1, max_size=25), NCNS, st.integers(1, 64),
-       st.booleans(), st.integers(0, 2**32))  # fmt: skip
+@given(
+    st.lists(st.integers(1, 30), min_size=1, max_size=25),
+    NCNS,
+    st.integers(1, 64),
+    st.booleans(),
+    st.integers(0, 2**32),
+)
 def test_shard_locality_bound(sizes, ncn, block, shuffle, seed):
     p = plan(sizes, num_canonical_nodes=ncn, shuffle_block_size=block, shuffle=shuffle, seed=seed)
     bound = 2 * block // min(sizes) + 4

@@ -16,8 +16,9 @@ def test_billion_sample_epoch_is_lazy():
     tracemalloc.start()
     try:
         t0 = time.perf_counter()
-        p = plan_epoch([StreamSpec(sizes)], seed=5, epoch=1, num_canonical_nodes=8,
-                       batch_size=32, shuffle=True)  # fmt: skip
+        p = plan_epoch(
+            [StreamSpec(sizes)], seed=5, epoch=1, num_canonical_nodes=8, batch_size=32, shuffle=True
+        )
         world = World(8, 8, 8)
         start = 700_000_000 - 700_000_000 % 2048
         batches = p.worker_batches(world, 45, 6, start)

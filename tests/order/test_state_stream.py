@@ -13,20 +13,37 @@ from astream.stream import Stream
 
 
 def test_state_round_trip_is_plain_json():
-    s = LoaderState(epoch=3, sample_in_epoch=4096, shuffle_seed=9186, num_canonical_nodes=8,
-                    initial_physical_nodes=2, initial_ranks_per_node=8, initial_workers_per_rank=4)  # fmt: skip
+    s = LoaderState(
+        epoch=3,
+        sample_in_epoch=4096,
+        shuffle_seed=9186,
+        num_canonical_nodes=8,
+        initial_physical_nodes=2,
+        initial_ranks_per_node=8,
+        initial_workers_per_rank=4,
+    )
     d = s.to_dict()
     assert d == {
-        "epoch": 3, "sample_in_epoch": 4096, "shuffle_seed": 9186, "num_canonical_nodes": 8,
-        "initial_physical_nodes": 2, "initial_ranks_per_node": 8, "initial_workers_per_rank": 4,
+        "epoch": 3,
+        "sample_in_epoch": 4096,
+        "shuffle_seed": 9186,
+        "num_canonical_nodes": 8,
+        "initial_physical_nodes": 2,
+        "initial_ranks_per_node": 8,
+        "initial_workers_per_rank": 4,
         "astream_version": STATE_VERSION,
-    }  # fmt: skip
+    }
     assert LoaderState.from_dict(json.loads(json.dumps(d))) == s
 
 
 def test_state_reads_reference_state_dict():
-    ref = {"epoch": 1, "sample_in_epoch": 640, "num_canonical_nodes": 2, "shuffle_seed": 7,
-           "initial_physical_nodes": 1}  # fmt: skip
+    ref = {
+        "epoch": 1,
+        "sample_in_epoch": 640,
+        "num_canonical_nodes": 2,
+        "shuffle_seed": 7,
+        "initial_physical_nodes": 1,
+    }
     s = LoaderState.from_dict(ref)
     assert (s.epoch, s.sample_in_epoch, s.num_canonical_nodes, s.shuffle_seed) == (1, 640, 2, 7)
     assert s.initial_physical_nodes == 1 and s.initial_ranks_per_node is None
@@ -36,20 +53,39 @@ def test_state_reads_reference_state_dict():
 @pytest.mark.parametrize(
     ("d", "message"),
     [
-        ({"epoch": 0, "sample_in_epoch": 0, "num_canonical_nodes": 1}, "state: missing key 'shuffle_seed'"),
-        ({"epoch": -1, "sample_in_epoch": 0, "num_canonical_nodes": 1, "shuffle_seed": 0},
-         "state['epoch']: must be >= 0, got -1"),
-        ({"epoch": 0, "sample_in_epoch": "5", "num_canonical_nodes": 1, "shuffle_seed": 0},
-         "state['sample_in_epoch']: must be an int, got str '5'"),
-        ({"epoch": 0, "sample_in_epoch": 0, "num_canonical_nodes": 0, "shuffle_seed": 0},
-         "state['num_canonical_nodes']: must be >= 1, got 0"),
-        ({"epoch": 0, "sample_in_epoch": 0, "num_canonical_nodes": 1, "shuffle_seed": -3},
-         "state['shuffle_seed']: must be >= 0, got -3"),
-        ({"epoch": 0, "sample_in_epoch": 0, "num_canonical_nodes": 1, "shuffle_seed": 0,
-          "astream_version": 99}, "state['astream_version']: 99 is newer than this astream (1)"),
+        (
+            {"epoch": 0, "sample_in_epoch": 0, "num_canonical_nodes": 1},
+            "state: missing key 'shuffle_seed'",
+        ),
+        (
+            {"epoch": -1, "sample_in_epoch": 0, "num_canonical_nodes": 1, "shuffle_seed": 0},
+            "state['epoch']: must be >= 0, got -1",
+        ),
+        (
+            {"epoch": 0, "sample_in_epoch": "5", "num_canonical_nodes": 1, "shuffle_seed": 0},
+            "state['sample_in_epoch']: must be an int, got str '5'",
+        ),
+        (
+            {"epoch": 0, "sample_in_epoch": 0, "num_canonical_nodes": 0, "shuffle_seed": 0},
+            "state['num_canonical_nodes']: must be >= 1, got 0",
+        ),
+        (
+            {"epoch": 0, "sample_in_epoch": 0, "num_canonical_nodes": 1, "shuffle_seed": -3},
+            "state['shuffle_seed']: must be >= 0, got -3",
+        ),
+        (
+            {
+                "epoch": 0,
+                "sample_in_epoch": 0,
+                "num_canonical_nodes": 1,
+                "shuffle_seed": 0,
+                "astream_version": 99,
+            },
+            "state['astream_version']: 99 is newer than this astream (1)",
+        ),
         ([1], "state: must be a dict, got list"),
     ],
-)  # fmt: skip
+)
 def test_state_errors(d, message):
     with pytest.raises(ConfigError) as e:
         LoaderState.from_dict(d)
@@ -64,7 +100,13 @@ def test_state_constructor_validates():
 def test_stream_fields_and_spec():
     s = Stream(remote="s3://b/x", split="train", repeat=2.5, download_retry=0, keep_zip=True)
     assert (s.remote, s.local, s.split, s.repeat, s.proportion, s.choose) == (
-        "s3://b/x", None, "train", 2.5, None, None)  # fmt: skip
+        "s3://b/x",
+        None,
+        "train",
+        2.5,
+        None,
+        None,
+    )
     spec = s.spec(np.array([3, 4]))
     assert spec.repeat == 2.5 and spec.shard_sizes.dtype == np.int64
     assert spec.shard_sizes.tolist() == [3, 4]
@@ -76,7 +118,10 @@ def test_stream_fields_and_spec():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"proportion": 0.5, "choose": 3}, "Stream: give at most one of proportion, repeat, choose"),
+        (
+            {"proportion": 0.5, "choose": 3},
+            "Stream: give at most one of proportion, repeat, choose",
+        ),
         ({"proportion": -0.5}, "proportion must be finite and >= 0, got -0.5"),
         ({"repeat": float("inf")}, "repeat must be finite and >= 0, got inf"),
         ({"choose": 2.0}, "choose must be an int, got float 2.0"),
@@ -85,7 +130,7 @@ def test_stream_fields_and_spec():
         ({"remote": 5}, "remote must be a str or None, got int"),
         ({"keep_zip": "yes"}, "keep_zip must be a bool or None, got str"),
     ],
-)  # fmt: skip
+)
 def test_stream_errors(kwargs, message):
     with pytest.raises(ConfigError) as e:
         Stream(**kwargs)

@@ -31,8 +31,9 @@ def test_dataloader_reproduces_planned_rank_sequence(num_workers, start):
     p = plan([17, 30, 9, 25], num_canonical_nodes=2, batch_size=4, shuffle_block_size=10)
     world = World(2, 1, max(num_workers, 1))
     for rank in range(world.num_ranks):
-        loader = DataLoader(PlanDataset(p, world, rank, start), batch_size=None,
-                            num_workers=num_workers)  # fmt: skip
+        loader = DataLoader(
+            PlanDataset(p, world, rank, start), batch_size=None, num_workers=num_workers
+        )
         got = [i for b in loader for i in b.tolist()]
         assert got == planned_rank_sequence(p, world, rank, start)
         assert len(got) == p.rank_num_samples(world, rank, start)
