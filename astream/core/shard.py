@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -149,10 +149,39 @@ def _check_config(raw: memoryview, entry: ShardEntry, source: str) -> None:
             raise FormatError(f"shard config {key} {config[key]!r} differs from the index", source)
 
 
-class SampleDecoder:
-    """Decode MDS samples of one shard layout into dicts; cache one per shard entry."""
+def _fixed_reader(enc: str, size: int) -> Callable[[memoryview, int], Any] | None:
+    """A reader taking (sample view, offset) for fixed-size numeric columns, avoiding a slice."""
+    name, _, config = enc.partition(":")
+    if enc == "int":
+        unpack = struct.Struct("<q").unpack_from
+        return lambda mv, pos: unpack(mv, pos)[0]
+    if name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
+        dtype = np.dtype(name)
+        scalar = dtype.type
+        code = {1: "b", 2: "h", 4: "i", 8: "q"}[dtype.itemsize]
+        unpack = struct.Struct("<" + (code.upper() if name[0] == "u" else code)).unpack_from
+        return lambda mv, pos: scalar(unpack(mv, pos)[0])
+    if name == "ndarray" and config.count(":") == 1:
+        coder = get_coder(enc)
+        dtype = np.dtype(config.split(":")[0])
+        shape = tuple(int(d) for d in config.split(":")[1].split(","))
+        if coder.size != size:
+            return None
+        if len(shape) == 1:
+            count = shape[0]
+            return lambda mv, pos: np.frombuffer(mv, dtype, count, pos)
+        return lambda mv, pos: np.ndarray(shape, dtype, mv, pos)
+    return None
 
-    __slots__ = ("_cols", "_fixed", "_lens", "_nvar", "source")
+
+class SampleDecoder:
+    """Decode MDS samples of one shard layout into dicts; cache one per shard entry.
+
+    The decode function is generated once per layout: fixed column positions become constants,
+    fixed-size numerics are read in place (no slice), the dict is built by one literal.
+    """
+
+    __slots__ = ("_names", "decode", "source")
 
     def __init__(self, entry: ShardEntry, allow_unsafe_types: bool, source: str) -> None:
         if not allow_unsafe_types:
@@ -163,44 +192,58 @@ class SampleDecoder:
                         "pass allow_unsafe_types=True to read it",
                         source,
                     )
-        cols = []
-        nvar = 0
-        fixed = 0
-        for name, enc, size in zip(entry.column_names, entry.column_encodings, entry.column_sizes):
-            coder = get_coder(enc)
-            if size is None:
-                cols.append((name, coder.decode, -1, nvar))
-                nvar += 1
-            else:
-                cols.append((name, coder.decode, size, 0))
-                fixed += size
-        self._cols = tuple(cols)
-        self._nvar = nvar
-        self._fixed = fixed + 4 * nvar
-        self._lens = struct.Struct(f"<{nvar}I")
         self.source = source
+        self._names = list(entry.column_names)
+        self.decode: Callable[[memoryview], dict[str, Any]] = self._generate(entry)
 
-    def decode(self, mv: memoryview) -> dict[str, Any]:
-        lens = self._lens.unpack_from(mv, 0) if self._nvar else ()
-        if self._fixed + sum(lens) != len(mv):
+    def _generate(self, entry: ShardEntry) -> Callable[[memoryview], dict[str, Any]]:
+        cols = list(zip(entry.column_names, entry.column_encodings, entry.column_sizes))
+        nvar = sum(1 for c in cols if c[2] is None)
+        ns: dict[str, Any] = {"_fail": self._fail, "_lens": struct.Struct(f"<{nvar}I").unpack_from}
+        fixed = 4 * nvar + sum(c[2] for c in cols if c[2] is not None)
+        lines = ["def decode(mv):"]
+        lv = [f"l{i}" for i in range(nvar)]
+        if nvar:
+            lines.append(f"    {', '.join(lv)}, = _lens(mv, 0)")
+        total = " + ".join([str(fixed), *lv])
+        lines.append(f"    if len(mv) != {total}:")
+        lines.append(f"        _fail(mv, {total}, None, None)")
+        lines.append("    try:")
+        pos = str(4 * nvar)
+        vi = 0
+        for i, (name, enc, size) in enumerate(cols):
+            ns[f"k{i}"] = name
+            lines.append(f"        c = {i}")
+            at = _fixed_reader(enc, size) if size is not None else None
+            if at is not None:
+                assert size is not None
+                ns[f"f{i}"] = at
+                lines.append(f"        v{i} = f{i}(mv, {pos})")
+                pos = f"({pos} + {size})"
+            else:
+                ns[f"f{i}"] = get_coder(enc).decode
+                n = str(size) if size is not None else lv[vi]
+                vi += size is None
+                lines.append(f"        p = {pos}")
+                lines.append(f"        v{i} = f{i}(mv[p : p + {n}])")
+                pos = f"(p + {n})"
+        lines.append("    except Exception as exc:")
+        lines.append("        _fail(mv, None, c, exc)")
+        items = ", ".join(f"k{i}: v{i}" for i in range(len(cols)))
+        lines.append(f"    return {{{items}}}")
+        # generated from a fixed template; column names and coders only enter through ``ns``
+        exec("\n".join(lines), ns)
+        fn: Callable[[memoryview], dict[str, Any]] = ns["decode"]
+        return fn
+
+    def _fail(self, mv: memoryview, total: int | None, col: int | None, exc: Any) -> None:
+        if col is None:
             raise FormatError(
-                f"sample is {len(mv)} bytes but its column lengths add up to "
-                f"{self._fixed + sum(lens)}",
-                self.source,
+                f"sample is {len(mv)} bytes but its column lengths add up to {total}", self.source
             )
-        out: dict[str, Any] = {}
-        pos = 4 * self._nvar
-        name = ""
-        try:
-            for name, dec, size, vi in self._cols:
-                end = pos + (size if size >= 0 else lens[vi])
-                out[name] = dec(mv[pos:end])
-                pos = end
-        except Exception as exc:
-            raise FormatError(
-                f"column {name!r}: cannot decode value ({exc})", self.source
-            ) from None
-        return out
+        raise FormatError(
+            f"column {self._names[col]!r}: cannot decode value ({exc})", self.source
+        ) from None
 
 
 class SampleEncoder:
