@@ -11,7 +11,9 @@ Two questions about a yielded sequence of global sample ids:
    (3 n)``), which catches orders that stay near their starting point.
 2. *How local is it?* :func:`shards_per_window` counts the distinct shards in each window of
    ``window`` consecutive yielded samples (mean and max): the cache a reader of that sequence
-   needs, and, for small windows, how many shards a batch mixes.
+   needs, and, for small windows, how many shards a batch mixes. :func:`max_live_shards` is
+   the cache a reader needs if it fetches a shard just before its first use and evicts it just
+   after its last: the most shards "open" at any point of the sequence.
 
 All are O(n) numpy over the given ids; they never look at data.
 """
@@ -23,7 +25,13 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["WindowStats", "displacement_score", "index_order_score", "shards_per_window"]
+__all__ = [
+    "WindowStats",
+    "displacement_score",
+    "index_order_score",
+    "max_live_shards",
+    "shards_per_window",
+]
 
 
 def index_order_score(ids: NDArray[np.integer]) -> float:
@@ -63,3 +71,16 @@ def shards_per_window(shards: NDArray[np.integer], window: int) -> WindowStats:
     rows = np.sort(shards[:n].reshape(-1, window), axis=1)
     distinct = 1 + (np.diff(rows, axis=1) != 0).sum(axis=1)
     return WindowStats(window, float(distinct.mean()), int(distinct.max()))
+
+
+def max_live_shards(shards: NDArray[np.integer]) -> int:
+    """Most shards whose first use is at or before, and last use at or after, one position."""
+    shards = np.asarray(shards, np.int64)
+    if len(shards) == 0:
+        return 0
+    _, first = np.unique(shards, return_index=True)
+    last = len(shards) - 1 - np.unique(shards[::-1], return_index=True)[1]
+    delta = np.zeros(len(shards) + 1, np.int64)
+    np.add.at(delta, first, 1)
+    np.add.at(delta, last + 1, -1)
+    return int(np.cumsum(delta).max())
