@@ -11,7 +11,9 @@ name (``account_name`` / ``AZURE_STORAGE_ACCOUNT``) with a key (``account_key`` 
 
 The SDK's own retry policy is switched off (``retry_total=0``): its default waits 15 s+ between
 tries and astream retries in one place. Reads ask the SDK for ``[offset, offset+length)`` and
-stream its chunks; ``InvalidRange``/416 means the range starts past the end (empty read). Large
+stream its chunks. The SDK buffers each ``AZURE_GET_CHUNK`` GET whole, so a body cut mid-chunk
+re-fetches that chunk: resumption granularity is 2 MiB here, one byte elsewhere.
+``InvalidRange``/416 means the range starts past the end (empty read). Large
 ``put_file`` calls become staged blocks, uploaded concurrently by the SDK.
 """
 
@@ -31,7 +33,10 @@ from astream.errors import ConfigError, StorageError, TransientStorageError
 from astream.storage.base import ObjectInfo
 from astream.storage.common import CHUNK_SIZE, POOL_SIZE, error_for_status, join_key, split_bucket
 
-__all__ = ["AzureBackend"]
+__all__ = ["AZURE_GET_CHUNK", "AzureBackend"]
+
+AZURE_GET_CHUNK = 2 * CHUNK_SIZE
+"""The SDK downloads (and buffers) bodies in GETs of this size: the unit a cut body re-fetches."""
 
 
 class AzureBackend:
@@ -63,8 +68,8 @@ class AzureBackend:
         self.list_page_size = list_page_size
         self._sdk_options: dict[str, Any] = {
             "retry_total": 0,
-            "max_single_get_size": CHUNK_SIZE * 4,
-            "max_chunk_get_size": CHUNK_SIZE * 4,
+            "max_single_get_size": AZURE_GET_CHUNK,
+            "max_chunk_get_size": AZURE_GET_CHUNK,
             "max_single_put_size": max_single_put_size,
             "max_block_size": max_block_size,
         }
@@ -111,7 +116,7 @@ class AzureBackend:
             if code in ("ServerBusy", "OperationTimedOut"):
                 return error_for_status(429, url, code)
             return error_for_status(exc.status_code, url, code)
-        return TransientStorageError(f"{type(exc).__name__}: {exc}", url)
+        return TransientStorageError(f"connection failed ({type(exc).__name__}: {exc})", url)
 
     _ERRORS = (AzureError, aiohttp.ClientError, OSError, asyncio.TimeoutError)
 

@@ -29,7 +29,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from astream.errors import ConfigError, StorageTimeoutError, TransientStorageError
+from astream.errors import (
+    ConfigError,
+    StorageError,
+    StorageTimeoutError,
+    TransientStorageError,
+)
 from astream.storage.base import ObjectInfo
 from astream.storage.common import RawBackend
 
@@ -75,17 +80,30 @@ class _Budget:
         self.loop = loop
         self.end = None if policy.deadline is None else loop.time() + policy.deadline
         self.failures = 0
+        self.last: BaseException | None = None
+
+    def fault(self, exc: BaseException, timeout: float) -> TransientStorageError:
+        """The transient error an attempt ended with; the deadline's own error if it ran out."""
+        if isinstance(exc, TransientStorageError):
+            return exc
+        if self.end is not None and self.loop.time() >= self.end - 1e-3:
+            raise self.expired(self.last) from exc
+        return StorageTimeoutError(f"no response within {timeout:.3g}s", self.url)
 
     def request_timeout(self) -> float:
         t = self.policy.timeout
         if self.end is not None:
             t = min(t, self.end - self.loop.time())
         if t <= 0:
-            raise self.expired(None)
+            raise self.expired(self.last)
         return t
 
     def expired(self, last: BaseException | None) -> StorageTimeoutError:
-        why = f"; last error: {last}" if last is not None else ""
+        why = ""
+        if isinstance(last, StorageError):
+            why = f"; last error: {last._message}"
+        elif last is not None:
+            why = f"; last error: {last}"
         return StorageTimeoutError(
             f"deadline of {self.policy.deadline}s exceeded after {self.failures} failed "
             f"attempt(s){why}",
@@ -95,18 +113,13 @@ class _Budget:
     async def failed(self, err: TransientStorageError, rng: random.Random) -> None:
         """Record a transient failure; re-raise if the budget is spent, else back off."""
         self.failures += 1
+        self.last = err
         if self.failures >= self.policy.attempts:
             raise err
         delay = self.policy.backoff(self.failures, rng)
         if self.end is not None and self.loop.time() + delay >= self.end:
             raise self.expired(err) from err
         await asyncio.sleep(delay)
-
-
-def _as_transient(exc: BaseException, url: str, timeout: float) -> TransientStorageError:
-    if isinstance(exc, TransientStorageError):
-        return exc
-    return StorageTimeoutError(f"no response within {timeout:.3g}s", url)
 
 
 class RetryingStore:
@@ -135,7 +148,7 @@ class RetryingStore:
                 async with asyncio.timeout(timeout):
                     return await op()
             except (TransientStorageError, TimeoutError) as exc:
-                await budget.failed(_as_transient(exc, budget.url, timeout), self._rng)
+                await budget.failed(budget.fault(exc, timeout), self._rng)
 
     async def _stream(
         self, key: str, start: int, end: int | None, sink: Callable[[bytes], object]
@@ -158,7 +171,7 @@ class RetryingStore:
                         await it.aclose()  # type: ignore[attr-defined]
                 return got
             except (TransientStorageError, TimeoutError) as exc:
-                await budget.failed(_as_transient(exc, budget.url, timeout), self._rng)
+                await budget.failed(budget.fault(exc, timeout), self._rng)
 
     async def get_range(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         if start < 0 or (end is not None and end < start):

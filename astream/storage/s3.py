@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiobotocore.session
+import aiohttp
 import botocore.exceptions
 from aiobotocore.config import AioConfig
 from botocore import UNSIGNED
@@ -133,12 +134,13 @@ class S3Backend:
             return error_for_status(status, url, code)
         if isinstance(exc, botocore.exceptions.NoCredentialsError):
             return StorageError(f"no AWS credentials found ({exc})", url, retryable=False)
-        return TransientStorageError(f"{type(exc).__name__}: {exc}", url)
+        return TransientStorageError(f"connection failed ({type(exc).__name__}: {exc})", url)
 
     _TRANSIENT: tuple[type[Exception], ...] = (
         botocore.exceptions.ClientError,
         botocore.exceptions.BotoCoreError,
         OSError,
+        aiohttp.ClientError,
         asyncio.TimeoutError,
     )
 

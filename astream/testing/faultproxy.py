@@ -209,15 +209,15 @@ class FaultProxy:
             async for chunk in up.content.iter_chunked(1 << 16):
                 if limit is not None and sent + len(chunk) >= limit:
                     chunk = chunk[: limit - sent]
-                    await resp.write(chunk)
                     self._count(path, len(chunk))
+                    await resp.write(chunk)
                     assert request.transport is not None
                     request.transport.close()
                     return resp
                 await self._throttle(len(chunk))
+                self._count(path, len(chunk))
                 await resp.write(chunk)
                 sent += len(chunk)
-                self._count(path, len(chunk))
             if limit is not None:  # nothing to cut (empty body): drop the connection anyway
                 assert request.transport is not None
                 request.transport.close()
