@@ -1,0 +1,189 @@
+"""The remote upload sink: ship each finished shard to an object store while writing goes on.
+
+Theory of operation
+-------------------
+``shard_done(path, key)`` schedules ``store.put_file(key, path)`` on astream's loop thread
+(:func:`astream.runtime.bridge.submit`) and returns at once; at most ``max_concurrency`` uploads
+run together (a semaphore on the loop), the rest wait their turn there, never in the writer. A
+done-callback records the *first* failure; ``shard_done`` and ``check`` re-raise it (the original
+exception object), so an upload error surfaces at the writer's next ``write``. ``finish`` waits for
+every pending upload, re-raises the first error if any, and only then uploads ``index.json``: a
+reader never sees an index that names a missing shard. With ``keep_local=False`` each local file
+is deleted right after its own upload succeeded. ``close`` cancels what is still pending and
+closes the store on the loop.
+
+Importing this module also registers a remote index locator with :mod:`astream.writer.merge`,
+so ``merge_index`` can read sub-indexes from, and write the merged index to, any store URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+from typing import Any
+
+from astream.errors import ConfigError, ObjectNotFoundError
+from astream.runtime import bridge
+from astream.storage.registry import open_store
+from astream.storage.retry import RetryPolicy
+
+__all__ = ["RemoteIndexLocator", "RemoteSink", "make_sink"]
+
+INDEX = "index.json"
+
+
+class RemoteSink:
+    """A :class:`~astream.writer.sink.ShardSink` that uploads to ``remote_url``."""
+
+    def __init__(
+        self,
+        remote_url: str,
+        local_dir: str,
+        keep_local: bool,
+        *,
+        retry: RetryPolicy | None = None,
+        max_concurrency: int = 8,
+        store_options: dict[str, Any] | None = None,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ConfigError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self.remote_url = remote_url
+        self.local_dir = local_dir
+        self.remove_local = not keep_local
+        self.store = open_store(remote_url, retry=retry, **(store_options or {}))
+        self._max = max_concurrency
+        self._sem: asyncio.Semaphore | None = None
+        self._pending: set[concurrent.futures.Future[None]] = set()
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self.uploaded: list[str] = []
+
+    async def _upload(self, path: str, key: str) -> None:
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self._max)
+        async with self._sem:
+            await self.store.put_file(key, path)
+        with self._lock:
+            self.uploaded.append(key)
+        if self.remove_local:
+            os.unlink(path)
+
+    def _done(self, fut: concurrent.futures.Future[None]) -> None:
+        with self._lock:
+            self._pending.discard(fut)
+            if not fut.cancelled() and fut.exception() is not None and self._error is None:
+                self._error = fut.exception()
+
+    def shard_done(self, path: str, key: str) -> None:
+        self.check()
+        if self._closed:
+            raise ConfigError("shard_done() after close()")
+        fut = bridge.submit(self._upload(path, key))
+        with self._lock:
+            self._pending.add(fut)
+        fut.add_done_callback(self._done)
+
+    def check(self) -> None:
+        with self._lock:
+            err = self._error
+        if err is not None:
+            raise err
+
+    def finish(self, index_path: str) -> None:
+        while True:
+            with self._lock:
+                pending = list(self._pending)
+            if not pending:
+                break
+            concurrent.futures.wait(pending)
+        self.check()
+        bridge.run(self.store.put_file(INDEX, index_path))
+        with self._lock:
+            self.uploaded.append(INDEX)
+        if self.remove_local:
+            os.unlink(index_path)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            pending = list(self._pending)
+        for fut in pending:
+            fut.cancel()
+        concurrent.futures.wait(pending)
+        bridge.run(self.store.aclose())
+
+
+def make_sink(
+    remote_url: str,
+    local_dir: str,
+    keep_local: bool,
+    *,
+    retry: RetryPolicy | None = None,
+    max_concurrency: int = 8,
+    store_options: dict[str, Any] | None = None,
+) -> RemoteSink:
+    """The sink MDSWriter uses for a remote ``out``."""
+    return RemoteSink(
+        remote_url,
+        local_dir,
+        keep_local,
+        retry=retry,
+        max_concurrency=max_concurrency,
+        store_options=store_options,
+    )
+
+
+def _split(url: str) -> tuple[str, str]:
+    parent, _, name = url.rstrip("/").rpartition("/")
+    return parent, name
+
+
+async def _with_store(url: str, op: str, *args: Any) -> Any:
+    store = open_store(url)
+    try:
+        if op == "list":
+            return [o async for o in store.list()]
+        if op == "get":
+            return await store.get_range(args[0])
+        await store.put(args[0], args[1])
+        return None
+    finally:
+        await store.aclose()
+
+
+class RemoteIndexLocator:
+    """merge_index over object stores: ``root/*/index.json`` in, ``root/index.json`` out."""
+
+    def list_sub_indexes(self, root: str) -> list[str]:
+        objects = bridge.run(_with_store(root, "list"))
+        parts = [o.key for o in objects if o.key.count("/") == 1 and o.key.endswith("/" + INDEX)]
+        return [f"{root.rstrip('/')}/{k}" for k in sorted(parts)]
+
+    def read(self, url: str) -> bytes:
+        parent, name = _split(url)
+        try:
+            data: bytes = bridge.run(_with_store(parent, "get", name))
+        except ObjectNotFoundError:
+            raise ConfigError(f"index_file_urls: {url!r} does not exist") from None
+        return data
+
+    def write(self, out: str, data: bytes, keep_local: bool) -> None:
+        bridge.run(_with_store(out, "put", INDEX, data))
+
+
+def _register() -> None:
+    try:
+        from astream.writer import merge
+    except ImportError:  # merge_index not built: nothing to register with
+        return
+    register = getattr(merge, "register_remote_locator", None)
+    if register is not None:
+        register(RemoteIndexLocator())
+
+
+_register()
