@@ -31,6 +31,7 @@ distinct shards (``min_piece`` = the shortest piece before node cuts).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -99,8 +100,22 @@ class SubPlan:
             self._nodes.append((starts, part))
         self._blocks: OrderedDict[tuple[int, int], NDArray[np.signedinteger]] = OrderedDict()
         self._cached = 0
+        self._lock = threading.Lock()  # a prefetcher thread and the consumer may share a plan
+
+    def __getstate__(self) -> dict[str, object]:
+        state = self.__dict__.copy()
+        state["_blocks"], state["_cached"], state["_lock"] = OrderedDict(), 0, None
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def _block(self, c: int, b: int) -> NDArray[np.signedinteger]:
+        with self._lock:
+            return self._block_locked(c, b)
+
+    def _block_locked(self, c: int, b: int) -> NDArray[np.signedinteger]:
         hit = self._blocks.get((c, b))
         if hit is not None:
             self._blocks.move_to_end((c, b))

@@ -15,18 +15,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from astream.errors import ConfigError
 
 __all__ = ["World", "check_positive_int"]
 
 
 def check_positive_int(name: str, value: object, *, minimum: int = 1) -> int:
-    """Return ``value`` if it is an ``int`` (not a bool) >= ``minimum``; else ``ConfigError``."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """``value`` as an ``int`` if it is an integer (not a bool) >= ``minimum``; else ConfigError.
+
+    numpy integers are accepted (shard counts often are), floats and strings are not.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ConfigError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if value < minimum:
         raise ConfigError(f"{name} must be >= {minimum}, got {value}")
-    return value
+    return int(value)
 
 
 @dataclass(frozen=True)

@@ -84,3 +84,16 @@ def test_seed_changes_the_order_and_ncn_is_part_of_it():
         for ncn in (1, 2)
     }
     assert len(set(ids.values())) == 4
+
+
+def test_plan_pickles_for_spawned_workers_and_threads_share_it():
+    import pickle
+    from concurrent.futures import ThreadPoolExecutor
+
+    p = plan([40, 25, 33], shuffle_block_size=8, num_canonical_nodes=2, seed=np.int64(11))
+    want = p.global_ids(0, 98).tolist()
+    assert pickle.loads(pickle.dumps(p)).global_ids(0, 98).tolist() == want
+    fresh = plan([40, 25, 33], shuffle_block_size=8, num_canonical_nodes=2, seed=11)
+    with ThreadPoolExecutor(4) as pool:
+        parts = list(pool.map(lambda lo: fresh.global_ids(lo, lo + 7).tolist(), range(0, 98, 7)))
+    assert [i for part in parts for i in part] == want
