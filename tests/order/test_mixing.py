@@ -6,7 +6,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from astream.core.order import StreamSpec, plan_epoch
@@ -168,3 +168,56 @@ def test_mixed_plans_keep_world_invariance_and_resume(method):
     for world in WORLDS_8[:2]:
         assert global_batches(p, world, start) == global_batches(big, World(1, 1, 3), start)
         assert global_batches(p, world, start)[:1] == ref[2:3]
+
+
+weights_st = st.one_of(
+    st.tuples(st.just("proportion"), st.floats(0.1, 3.0)),
+    st.tuples(st.just("repeat"), st.floats(0.2, 2.5)),
+    st.tuples(st.just("choose"), st.integers(1, 60)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(sizes_st, weights_st), min_size=1, max_size=3), st.integers(0, 2**32),
+       st.sampled_from([1, 2, 4]), st.integers(1, 3), st.integers(1, 12), st.data())  # fmt: skip
+def test_mixed_random_batching_keeps_every_guarantee(streams, seed, ncn, gran, block, data):
+    kind = streams[0][1][0]
+    specs = [spec(s, **{kind: w[1] if w[0] == kind else (1.0 if kind != "choose" else 5)})
+             for s, w in streams]  # fmt: skip
+    kw = dict(seed=seed, num_canonical_nodes=ncn, sampling_granularity=gran,
+              shuffle_block_size=block)  # fmt: skip
+    try:
+        p = mixed(specs, batch_size=1, **kw)
+    except Exception as e:  # weights that choose nothing are a ConfigError, nothing else
+        assert str(e) == "streams: the weights choose no sample at all for this epoch"
+        event("chooses nothing")
+        return
+    event("planned")
+    n = p.num_samples
+    g = p.global_ids(0, n)
+    # exactly once: stream s's samples appear q or q+1 times, r of them q+1 times
+    counts = Counter(g.tolist())
+    lo = 0
+    for (sizes, _), c in zip(streams, per_stream(g, [s for s, _ in streams])):
+        m = sum(sizes)
+        q, r = divmod(int(c), m)
+        assert [counts[i] for i in range(lo, lo + m)].count(q + 1) == r
+        assert all(counts[i] in (q, q + 1) for i in range(lo, lo + m))
+        lo += m
+    # world invariance and resumption, on a mixed dataset
+    big = mixed(specs, batch_size=8, **kw)
+    world = data.draw(st.sampled_from(WORLDS_8))
+    ref = global_batches(big, World(1, 1, 1))
+    assert global_batches(p, world) == ref
+    start = data.draw(st.integers(0, len(ref))) * 8
+    start = min(start, n)
+    g2 = p.global_ids(start, start + p.padded_num_samples(world, start))
+    assert global_batches(p, world, start) == [
+        Counter(g2[j : j + 8].tolist()) for j in range(0, len(g2), 8)
+    ]
+    # locality bound holds on mixed pieces too
+    bound = p.locality_bound()
+    for c in range(min(ncn, n)):
+        shards = p.shard_of(p.ids_at(np.arange(c, n, ncn)))
+        for i in range(max(1, len(shards) - block + 1)):
+            assert len(set(shards[i : i + block].tolist())) <= bound

@@ -152,3 +152,23 @@ def test_shard_locality_bound(sizes, ncn, block, shuffle, seed):
         shards = p.shard_of(p.ids_at(node_pos))
         for lo in range(max(1, len(shards) - block + 1)):
             assert len(set(shards[lo : lo + block].tolist())) <= bound
+
+
+@SETTINGS
+@given(st.sampled_from([(8, World(4, 2, 2)), (8, World(2, 4, 1)), (2, World(4, 2, 1)),
+                        (4, World(4, 1, 3)), (1, World(2, 2, 2))]),
+       st.integers(1, 4), st.integers(0, 300))  # fmt: skip
+def test_physical_node_reads_only_its_canonical_nodes(case, bs, start):
+    ncn, world = case
+    p = plan([37] * 12, num_canonical_nodes=ncn, batch_size=bs)
+    start = min(start, p.num_samples)
+    per_node: dict[int, set[int]] = {}
+    for rank in range(world.num_ranks):
+        nb = p.rank_num_samples(world, rank, start) // bs
+        for j in range(nb):
+            pos = p.rank_positions(world, rank, j, start)
+            per_node.setdefault(world.node_of(rank), set()).update((pos % ncn).tolist())
+    want = max(ncn // world.num_nodes, 1)
+    assert all(len(nodes) == want for nodes in per_node.values()), per_node
+    if ncn >= world.num_nodes:  # the nodes split the canonical nodes between them
+        assert sorted(c for nodes in per_node.values() for c in nodes) == list(range(ncn))
