@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 
 import aiohttp
 from aiohttp import web
 
+_LOG = bool(os.environ.get("BENCH_PROXY_LOG"))
 _HOP = {"connection", "keep-alive", "transfer-encoding", "upgrade", "proxy-connection", "te"}
 
 
@@ -77,6 +79,7 @@ class Proxy:
 
     async def forward(self, request: web.Request) -> web.StreamResponse:
         assert self.session is not None
+        t0 = time.monotonic()
         self.requests += 1
         if "Range" in request.headers:
             self.ranged_requests += 1
@@ -99,14 +102,25 @@ class Proxy:
                 self.bytes_out += len(chunk)
                 await resp.write(chunk)
             await resp.write_eof()
+            if _LOG:
+                print(
+                    f"{request.method} {request.raw_path} {up.status} "
+                    f"{time.monotonic() - t0:.3f}s {dict(request.headers)}",
+                    file=sys.stderr,
+                )
             return resp
 
 
 async def serve(upstream: str, port: int, latency_ms: float, bandwidth_mbps: float) -> None:
     proxy = Proxy(upstream, latency_ms, bandwidth_mbps)
-    connector = aiohttp.TCPConnector(limit=256)
+    # One upstream connection per request: moto's threaded werkzeug server occasionally never
+    # answers a request sent on a reused keep-alive connection, which showed up as a client's
+    # 60 s read timeout. A stalled upstream read now fails after 20 s instead of hanging.
+    connector = aiohttp.TCPConnector(limit=256, force_close=True)
     proxy.session = aiohttp.ClientSession(
-        connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)
+        connector=connector,
+        auto_decompress=False,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=20),
     )
     app = web.Application(client_max_size=1 << 31)
     app.router.add_route("*", "/__bench__/{what}", proxy.control)

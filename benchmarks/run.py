@@ -1,0 +1,333 @@
+"""The benchmark harness: ``python -m benchmarks.run --scale 0.05 --out .bench/report``.
+
+Theory of operation
+-------------------
+1. Sources: every workload (benchmarks/workloads.py) is generated once from ``--seed``.
+2. Peers: mosaicml-streaming and litdata live in ``.bench/peers-venv`` (peers_env.py).
+3. Every scenario is a list of *cases* (scenario, workload, parameters). For each case and
+   each repetition, the libraries run one after the other (A B C A B C ...), each in a fresh
+   subprocess of its own venv (benchmarks/runners/), which prints one ``RESULT`` JSON line.
+   A library that lacks an API reports ``n/a``; a crash reports ``error`` with its reason.
+   Nothing is ever filled in.
+4. Reading scenarios use each library's own written copy. If astream's writer is unavailable,
+   astream reads mosaic's copy (the formats are byte-compatible) and the report says so.
+5. Cold scenarios run against moto behind the measuring proxy (servers.py, proxy.py); each
+   run gets a fresh cache directory and the proxy's counters are read around it.
+6. results.json keeps median/min/max of every figure; report.py writes report.md and PNGs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import physical
+from benchmarks.report import summarize, write_report
+from benchmarks.workloads import WORKLOADS, materialize, shard_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBS = ("astream", "mosaic", "lit")
+SCENARIOS = ("write", "physical", "hot", "cold", "resume", "random", "scale")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.run", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument("--scale", type=float, default=0.05, help="multiplies sample counts")
+    ap.add_argument("--out", type=Path, default=Path(".bench/report"))
+    ap.add_argument("--work", type=Path, default=Path(".bench/work"))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--libs", default=",".join(LIBS))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--latencies-ms", default="0,20", help="cold scenario proxy latencies")
+    ap.add_argument("--bandwidth-mbps", type=float, default=0.0, help="0 = no cap")
+    ap.add_argument("--random-n", type=int, default=200)
+    ap.add_argument("--scale-shards", default="10000,100000")
+    ap.add_argument("--scale-samples", type=int, default=100_000_000)
+    ap.add_argument("--peers-venv", type=Path, default=Path(".bench/peers-venv"))
+    ap.add_argument("--timeout", type=float, default=900, help="per runner process, seconds")
+    a = ap.parse_args(argv)
+    a.libs = [x for x in a.libs.split(",") if x]
+    a.workloads = [x for x in a.workloads.split(",") if x]
+    a.scenarios = [x for x in a.scenarios.split(",") if x]
+    for name, allowed in (("libs", LIBS), ("workloads", WORKLOADS), ("scenarios", SCENARIOS)):
+        bad = sorted(set(getattr(a, name)) - set(allowed))
+        if bad:
+            ap.error(f"--{name}: unknown {bad}; choose from {sorted(allowed)}")
+    return a
+
+
+class Harness:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.a = args
+        self.work = args.work.resolve()
+        self.records: list[dict[str, Any]] = []
+        self.data: dict[tuple[str, str], Path] = {}  # (lib, workload) -> dataset dir
+        self.data_from: dict[tuple[str, str], str] = {}
+        self.python = {"astream": Path(sys.executable)}
+        self.env = dict(
+            os.environ,
+            PYTHONPATH=str(ROOT),
+            AWS_ACCESS_KEY_ID="bench",
+            AWS_SECRET_ACCESS_KEY="bench",
+            AWS_DEFAULT_REGION="us-east-1",
+            TOKENIZERS_PARALLELISM="false",
+        )
+        self.s3: Any = None
+
+    def log(self, msg: str) -> None:
+        print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    # -- running one case ---------------------------------------------------------------
+    def run_one(self, lib: str, spec: dict[str, Any]) -> dict[str, Any]:
+        cmd = [str(self.python[lib]), "-m", f"benchmarks.runners.{lib}", json.dumps(spec)]
+        try:
+            p = subprocess.run(
+                cmd,
+                cwd=ROOT,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=self.a.timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return {"status": "error", "reason": f"timeout after {self.a.timeout:.0f} s"}
+        for line in reversed(p.stdout.splitlines()):
+            if line.startswith("RESULT "):
+                result: dict[str, Any] = json.loads(line[len("RESULT ") :])
+                if result["status"] == "error":
+                    self.log(f"{lib} {spec['scenario']} failed:\n{p.stderr[-2000:]}")
+                return result
+        return {"status": "error", "reason": f"exit {p.returncode}: {p.stderr[-500:]}"}
+
+    def case(
+        self,
+        key: str,
+        spec: dict[str, Any],
+        libs: list[str] | None = None,
+        fresh: list[str] | None = None,
+    ) -> None:
+        """Run ``spec`` for each library, interleaved, ``reps`` times; record every result."""
+        libs = libs or self.a.libs
+        for rep in range(spec.pop("reps", self.a.reps)):
+            for lib in libs:
+                s = self.spec_for(lib, spec)
+                for k in fresh or []:
+                    shutil.rmtree(s[k], ignore_errors=True)
+                before = self.s3.control("stats") if self.s3 and s.get("cold") else None
+                r = self.run_one(lib, s)
+                if before is not None and r["status"] == "ok":
+                    after = self.s3.control("stats")
+                    r["proxy_bytes"] = after["bytes_out"] - before["bytes_out"]
+                    r["proxy_requests"] = after["requests"] - before["requests"]
+                if spec.get("workload") and (lib, spec["workload"]) in self.data_from:
+                    r["data_from"] = self.data_from[(lib, spec["workload"])]
+                self.records.append({"key": key, "lib": lib, "rep": rep, **r})
+                self.log(f"{key} {lib} rep{rep}: {_brief(r)}")
+
+    def spec_for(self, lib: str, base: dict[str, Any]) -> dict[str, Any]:
+        s = {"lib": lib, "seed": self.a.seed, "batch_size": self.a.batch_size, **base}
+        wl = s.get("workload")
+        if wl:
+            w = WORKLOADS[wl]
+            s.update(
+                payload_kind=w.payload_kind,
+                samples=w.samples(self.a.scale),
+                shard_bytes=shard_bytes(self.a.scale),
+            )
+            if (lib, wl) in self.data:
+                s["data"] = str(self.data[(lib, wl)])
+            s["remote"] = f"s3://bench/{lib}/{wl}"
+            s["cache"] = str(self.work / "cache" / lib / wl)
+        if self.s3 is not None:
+            s["proxy"] = self.s3.endpoint
+        for k in ("out", "template"):
+            if k in s:
+                s[k] = s[k].replace("{lib}", lib)
+        return s
+
+    # -- the scenarios ------------------------------------------------------------------
+    def prepare(self) -> None:
+        a = self.a
+        self.sources = {
+            wl: materialize(self.work / "sources", WORKLOADS[wl], a.scale, a.seed)
+            for wl in a.workloads
+        }
+        if {"mosaic", "lit"} & set(a.libs):
+            from benchmarks.peers_env import ensure_peers_venv
+
+            py = ensure_peers_venv(a.peers_venv.resolve(), log=self.log)
+            self.python.update(mosaic=py, lit=py)
+
+    def do_write(self) -> None:
+        for wl in self.a.workloads:
+            out = str(self.work / "data" / "{lib}" / wl)
+            self.case(
+                f"write/{wl}",
+                {"scenario": "write", "workload": wl, "source": str(self.sources[wl]), "out": out},
+                fresh=["out"],
+            )
+            for lib in self.a.libs:
+                ok = any(
+                    r["key"] == f"write/{wl}" and r["lib"] == lib and r["status"] == "ok"
+                    for r in self.records
+                )
+                if ok:
+                    self.data[(lib, wl)] = self.work / "data" / lib / wl
+            if ("astream", wl) not in self.data and ("mosaic", wl) in self.data:
+                self.data[("astream", wl)] = self.data[("mosaic", wl)]
+                self.data_from[("astream", wl)] = "mosaic"
+        physical.compare_bytes(self)
+
+    def do_physical(self) -> None:
+        physical.sequential_reads(self)
+
+    def do_hot(self) -> None:
+        for wl in self.a.workloads:
+            for w in (0, 2):
+                self.case(
+                    f"hot/{wl}/w{w}",
+                    {"scenario": "epoch", "workload": wl, "cold": False, "num_workers": w},
+                )
+
+    def do_cold(self) -> None:
+        for ms in [float(x) for x in self.a.latencies_ms.split(",") if x]:
+            self.s3.control("config", latency_ms=ms, bandwidth_mbps=self.a.bandwidth_mbps)
+            for wl in self.a.workloads:
+                if wl == "tokens-zstd":
+                    continue
+                physical.raw_get(self, wl, f"{ms:g}ms")
+                self.case(
+                    f"cold/{wl}/{ms:g}ms",
+                    {"scenario": "epoch", "workload": wl, "cold": True, "num_workers": 2},
+                    fresh=["cache"],
+                )
+        self.s3.control("config", latency_ms=0, bandwidth_mbps=0)
+
+    def do_resume(self) -> None:
+        wl = "tokens" if "tokens" in self.a.workloads else self.a.workloads[0]
+        self.case(
+            f"resume/{wl}",
+            {"scenario": "resume", "workload": wl, "num_workers": 2, "resume_fraction": 0.5},
+        )
+
+    def do_random(self) -> None:
+        wl = "tokens" if "tokens" in self.a.workloads else self.a.workloads[0]
+        base = {"scenario": "random", "workload": wl, "random_n": self.a.random_n}
+        self.case(f"random/{wl}/hot", {**base, "cold": False})
+        if self.s3 is not None:
+            self.case(f"random/{wl}/cold", {**base, "cold": True}, fresh=["cache"])
+
+    def do_scale(self) -> None:
+        template = str(self.work / "data" / "{lib}" / "tokens")
+        for n in [int(x) for x in self.a.scale_shards.split(",") if x]:
+            per = -(-self.a.scale_samples // n)
+            out = str(self.work / "scale" / "{lib}" / str(n))
+            self.case(
+                f"scale/{n}",
+                {
+                    "scenario": "scale",
+                    "shards": n,
+                    "per_shard": per,
+                    "template": template,
+                    "out": out,
+                    "reps": 1,
+                },
+                fresh=["out"],
+            )
+
+    def upload(self) -> None:
+        from benchmarks.s3util import upload_dir
+
+        for (lib, wl), path in sorted(self.data.items()):
+            if wl != "tokens-zstd":
+                upload_dir(self.s3.direct, "bench", f"{lib}/{wl}", path)
+
+    def run(self) -> dict[str, Any]:
+        a = self.a
+        t0 = time.perf_counter()
+        self.prepare()
+        from benchmarks.servers import S3Emulator
+
+        if "write" in a.scenarios or any(
+            s in a.scenarios for s in ("hot", "cold", "resume", "random", "scale")
+        ):
+            self.do_write()
+        if "physical" in a.scenarios:
+            self.do_physical()
+        for name in ("hot", "resume"):
+            if name in a.scenarios:
+                getattr(self, f"do_{name}")()
+        needs_s3 = {"cold", "random"} & set(a.scenarios)
+        if needs_s3:
+            with S3Emulator() as s3:
+                self.s3 = s3
+                # each library's documented endpoint setting (astream's S3 backend, mosaic's
+                # S3_ENDPOINT_URL, boto3's AWS_ENDPOINT_URL); litdata gets storage_options
+                self.env.update(S3_ENDPOINT_URL=s3.endpoint, AWS_ENDPOINT_URL=s3.endpoint)
+                self.upload()
+                if "cold" in a.scenarios:
+                    self.do_cold()
+                if "random" in a.scenarios:
+                    self.do_random()
+                self.s3 = None
+        if "scale" in a.scenarios:
+            self.do_scale()
+        meta = {
+            "scale": a.scale,
+            "reps": a.reps,
+            "seed": a.seed,
+            "libs": a.libs,
+            "workloads": a.workloads,
+            "scenarios": a.scenarios,
+            "batch_size": a.batch_size,
+            "shard_bytes": shard_bytes(a.scale),
+            "cpus": os.cpu_count(),
+            "samples": {wl: WORKLOADS[wl].samples(a.scale) for wl in a.workloads},
+            "wall_s": time.perf_counter() - t0,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        return {"meta": meta, **summarize(self.records)}
+
+
+def _brief(r: dict[str, Any]) -> str:
+    if r["status"] != "ok":
+        return f"{r['status']}: {r.get('reason', '')}"[:200]
+    keys = (
+        "samples_per_s",
+        "mb_per_s",
+        "ttfb_s",
+        "resume_to_first_batch_s",
+        "duplicates",
+        "missing",
+        "first_item_s",
+        "later_item_us",
+        "index_load_s",
+        "resume_s",
+    )
+    return " ".join(f"{k}={r[k]:.4g}" for k in keys if isinstance(r.get(k), (int, float)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    results = Harness(args).run()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True))
+    write_report(results, args.out)
+    print(f"report: {args.out / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
