@@ -267,10 +267,11 @@ class CacheSpace:
         return freed, busy
 
     def _live_download(self, scan: _Scan) -> str | None:
-        mine = f"{TMP_MARK}{os.getpid()}-"
+        # Downloads of this process count too: they run on the loop independently of the
+        # waiter (who holds no download lock with reserved bytes while it waits).
         for path in scan.tmps:
             sf = self._owner_of_tmp(path)
-            if sf is not None and mine not in path:
+            if sf is not None:
                 return sf.download_lock
         return None
 

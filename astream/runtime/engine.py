@@ -135,6 +135,10 @@ class Engine:
             for ids in la:
                 batch = decode_batch(ids, self.catalog, open_shard)
                 stats.samples += len(batch)
+                if opener.pinning:
+                    # Never hold a pin while suspended: the DataLoader may park this worker
+                    # for long, and another process may be waiting for exactly that shard.
+                    opener.release_all()
                 yield from batch
         finally:
             pf.cancel()
@@ -177,6 +181,8 @@ class Engine:
                     sample = (await open_shard(s)).sample
                     for j, li in zip(positions, locals_):
                         out[j] = sample(li)
+                if opener.pinning:
+                    opener.release_all()
                 for x in out:
                     stats.samples += 1
                     yield x

@@ -39,36 +39,50 @@ __all__ = ["OpenShard", "ShardOpener", "batch_groups", "decode_batch"]
 
 
 class OpenShard:
-    """One mapped shard: ``sample(i)`` decodes sample ``i``."""
+    """One mapped shard: ``sample(i)`` decodes sample ``i``.
 
-    __slots__ = ("_mm", "_pin", "decode", "view")
+    The shard's offsets are validated once per process (``ShardView``) and remembered, so
+    re-opening a shard -- which a pinning consumer does every batch -- costs one ``mmap``.
+    """
 
-    def __init__(self, path: str, catalog: Catalog, s: int, decoder: SampleDecoder) -> None:
+    __slots__ = ("_mm", "_mv", "_off", "_pin", "decode")
+
+    def __init__(self, path: str, offsets: list[int], decoder: SampleDecoder) -> None:
         self._pin: FileLock | None = None
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                raise FormatError("shard file is empty", path)
             self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        try:
-            self.view = ShardView(self._mm, catalog.entries[s], path)
-        except BaseException:
+        if len(self._mm) != offsets[-1]:
             self._mm.close()
-            raise
+            raise FormatError(f"shard is {len(self._mm)} bytes, expected {offsets[-1]}", path)
+        self._mv = memoryview(self._mm)
+        self._off = offsets
         self.decode = decoder.decode
 
     def sample(self, i: int) -> dict[str, Any]:
-        return self.decode(self.view.sample_bytes(i))
+        off = self._off
+        return self.decode(self._mv[off[i] : off[i + 1]])
 
     def close(self) -> None:
-        self.view.release()
+        self._mv.release()
         try:
             self._mm.close()
         except BufferError:
-            pass  # a caller still holds a zero-copy view; the map goes when it does
+            pass  # decoded arrays still view the map; it is unmapped when they go
         if self._pin is not None:
             self._pin.release()
             self._pin = None
+
+
+def _validated_offsets(path: str, catalog: Catalog, s: int) -> list[int]:
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise FormatError("shard file is empty", path)
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            view = ShardView(mm, catalog.entries[s], path)
+            offsets = list(view._offsets)
+            view.release()
+    return offsets
 
 
 class ShardOpener:
@@ -91,6 +105,7 @@ class ShardOpener:
         self.keep_open = 1 if self.pinning else max(1, keep_open)
         self._open: OrderedDict[int, OpenShard] = OrderedDict()
         self._decoders: dict[tuple[Any, ...], SampleDecoder] = {}
+        self._offsets: dict[int, list[int]] = {}
 
     def decoder(self, s: int) -> SampleDecoder:
         e = self.catalog.entries[s]
@@ -139,7 +154,11 @@ class ShardOpener:
                 pin.release()
             return None
         try:
-            h = OpenShard(files.raw_path, self.catalog, s, self.decoder(s))
+            offsets = self._offsets.get(s)
+            if offsets is None:
+                offsets = _validated_offsets(files.raw_path, self.catalog, s)
+                self._offsets[s] = offsets
+            h = OpenShard(files.raw_path, offsets, self.decoder(s))
         except BaseException:
             if pin is not None:
                 pin.release()
