@@ -12,8 +12,6 @@ import time
 import uuid
 from typing import Any
 
-import pytest
-
 from astream import StreamingDataLoader, StreamingDataset
 from astream.storage.sync import upload
 
@@ -69,7 +67,8 @@ def test_torchrun_two_ranks_and_two_nodes(s3_dataset: Any, tmp_path: Any) -> Non
     r = subprocess.run(cmd, env=_env(), timeout=240, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     ranks = [_read(f"{out}.{r}") for r in range(2)]
-    assert open(f"{out}.0.world").read() == "2"
+    with open(f"{out}.0.world") as f:
+        assert f.read() == "2"
     together = [sorted(ranks[0][j] + ranks[1][j]) for j in range(len(ranks[0]))]
     assert together == [sorted(b) for b in single]
     # two "nodes": two independent launches on loopback, each with its own local dir
@@ -125,7 +124,7 @@ def test_tight_cache_two_processes_two_workers(s3_bucket: str, tmp_path: Any) ->
         nonlocal peak
         while not stop.is_set():
             total = 0
-            for d, dirs, files in os.walk(local):
+            for d, _dirs, files in os.walk(local):
                 if ".astream" in d.split(os.sep):
                     continue
                 for n in files:
@@ -174,7 +173,7 @@ def test_tight_cache_two_processes_two_workers(s3_bucket: str, tmp_path: Any) ->
 
 
 def test_kill9_during_download_then_rerun(
-    s3_dataset: Any, s3_server: Any, make_proxy: Any, tmp_path: Any
+    s3_dataset: Any, local_dataset: Any, s3_server: Any, make_proxy: Any, tmp_path: Any
 ) -> None:
     url, _ = s3_dataset
     proxy = make_proxy(s3_server.url, latency=0.05, bandwidth=200_000)
@@ -205,7 +204,6 @@ def test_kill9_during_download_then_rerun(
         time.sleep(delay)
         os.killpg(p.pid, signal.SIGKILL)  # the job and its DataLoader workers, mid-download
         p.wait(timeout=30)
-    leftovers = [n for n in os.listdir(local) if ".tmp-" in n]
     proxy.configure(latency=0.0, bandwidth=None)
     r = subprocess.run(
         [
@@ -232,7 +230,10 @@ def test_kill9_during_download_then_rerun(
     got = [x for b in _read(f"{out}.0") for x in b]
     assert sorted(got) == list(range(1000))
     assert not [n for n in os.listdir(local) if ".tmp-" in n]
+    # every shard in the cache is whole and byte-identical to the source, killed runs or not
+    src = local_dataset[0]
+    for name in sorted(n for n in os.listdir(src) if n.startswith("shard")):
+        with open(os.path.join(local, name), "rb") as a, open(os.path.join(src, name), "rb") as b:
+            assert a.read() == b.read(), name
     ds = StreamingDataset(local=local, batch_size=8)
-    for s in ds:  # every cached shard is whole and parses
-        pass
-    assert isinstance(leftovers, list)
+    assert sorted(int(s["label"]) for s in ds) == list(range(1000))

@@ -1,4 +1,5 @@
-"""Remote behaviour: random access by range, compression + hashes, integrity, revalidation, aiter."""
+"""Remote behaviour: range-read random access, compression + hashes, integrity, revalidation,
+aiter."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def test_random_access_reads_header_and_sample_only(
     )
     proxy.reset_stats()
     i = 537
-    s, li = ds.catalog.locate_one(i)
+    s, _ = ds.catalog.locate_one(i)
     entry = ds.shards[s]
     got = ds[i]
     assert got["label"] == i and np.array_equal(got["ids"], samples[i]["ids"])
@@ -92,7 +93,10 @@ def test_corrupt_remote_shard_raises_integrity_error_after_one_refetch(
         storage_options={"endpoint_url": proxy.url},
     )
     proxy.reset_stats()
-    msg = r"sha256 of s3://.*/shard\.00000\.mds is [0-9a-f]{64}, index says [0-9a-f]{64} \(after one re-fetch\)"
+    msg = (
+        r"sha256 of s3://.*/shard\.00000\.mds is [0-9a-f]{64}, "
+        r"index says [0-9a-f]{64} \(after one re-fetch\)"
+    )
     with pytest.raises(IntegrityError, match=msg):
         list(ds)
     assert proxy.stats.requests[f"/{url.split('/', 3)[2]}/{url.split('/', 3)[3]}/{shard}"] == 2
@@ -124,7 +128,7 @@ def test_changed_remote_index_is_revalidated(
 def test_aiter_same_order_as_sync_no_extra_threads(s3_dataset: Any, fresh_local: Any) -> None:
     import threading
 
-    url, samples = s3_dataset
+    url, _samples = s3_dataset
     sync_order = labels(
         StreamingDataset(remote=url, local=fresh_local("a"), batch_size=8, shuffle=True)
     )

@@ -1,4 +1,5 @@
-"""Resumption oracle: stop anywhere, checkpoint, resume on any World / num_workers: exactly the rest."""
+"""Resumption oracle: stop anywhere, checkpoint, resume on any World or num_workers: exactly
+the rest."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def _rank_batches(
         if state is not None:
             ld.load_state_dict(state)
         per_rank.append([b for b in ld])
-    return [sum((per_rank[r][j] for r in range(ranks)), []) for j in range(len(per_rank[0]))]
+    return [[x for r in range(ranks) for x in per_rank[r][j]] for j in range(len(per_rank[0]))]
 
 
 def test_resume_on_another_world_same_global_batches(
