@@ -83,6 +83,8 @@ def _locator(url: str) -> IndexLocator:
     if "://" not in url or url.startswith("file://"):
         return _LOCAL
     if _remote is None:
+        import astream.writer.remote  # noqa: F401  (registers the remote locator)
+    if _remote is None:
         raise ConfigError(f"merge_index: remote location {url!r} needs the storage layer")
     return _remote
 
