@@ -8,6 +8,8 @@ Endpoint for cold scenarios: the S3 endpoint environment (``S3_ENDPOINT_URL`` /
 from __future__ import annotations
 
 import importlib
+import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,39 @@ class Astream(Adapter):
         return loader_cls(
             ds, batch_size=spec["batch_size"], num_workers=num_workers, collate_fn=collate
         )
+
+    def scale(self, spec: dict[str, Any]) -> dict[str, float]:
+        ds_cls = _api("astream.torch.dataset", "StreamingDataset")
+        detect = _api("astream.placement", "detect")
+        root = Path(spec["out"])
+        root.mkdir(parents=True, exist_ok=True)
+        n_shards, per_shard = spec["shards"], spec["per_shard"]
+        template = json.loads((Path(spec["template"]) / "index.json").read_text())["shards"][0]
+        shards = []
+        for i in range(n_shards):
+            raw = {**template["raw_data"], "basename": f"shard.{i:06d}.mds"}
+            shards.append({**template, "samples": per_shard, "raw_data": raw, "zip_data": None})
+        (root / "index.json").write_text(json.dumps({"shards": shards, "version": 2}))
+        t0 = time.perf_counter()
+        ds = ds_cls(local=str(root), shuffle=True, shuffle_seed=spec["seed"], batch_size=32)
+        total = len(ds)
+        t_index = time.perf_counter() - t0
+        state = ds.state_dict(total // 2, from_beginning=True)
+        # resume: a fresh dataset on the same index, the state loaded, then the first batch's
+        # sample ids of rank 0 / worker 0 (no data is read: the order only)
+        ds2 = ds_cls(local=str(root), shuffle=True, shuffle_seed=spec["seed"], batch_size=32)
+        t1 = time.perf_counter()
+        ds2.load_state_dict(state)
+        place = detect()
+        plan = ds2.plan(state["epoch"])
+        first = next(iter(plan.worker_batches(place.world, 0, 0, state["sample_in_epoch"])))
+        t_resume = time.perf_counter() - t1
+        return {
+            "index_load_s": t_index,
+            "resume_s": t_resume,
+            "epoch_samples": total,
+            "first_batch": len(first),
+        }
 
 
 if __name__ == "__main__":
