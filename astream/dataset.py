@@ -121,7 +121,7 @@ class StreamingCore:
         self._resume: tuple[int, int] | None = None
         self._pinned: tuple[int, int] | None = None  # set by StreamingDataLoader for workers
         self._current: tuple[int, int] = (0, 0)  # (epoch, start) of the latest iteration
-        self._plans: dict[int, Any] = {}
+        self._plans: dict[tuple[int, int | None], Any] = {}
 
     # -- properties the reference exposes -----------------------------------------------------
     @property
@@ -153,7 +153,15 @@ class StreamingCore:
 
     # -- the plan ------------------------------------------------------------------------------
     def plan(self, epoch: int) -> Any:
-        plan = self._plans.get(epoch)
+        """The epoch plan (cached for the latest epoch)."""
+        kwargs = self.cfg.plan_kwargs()
+        if self.cfg.batching_method == "stratified":
+            # every global batch holds the exact stream proportions: the stratum is the
+            # global batch, so it depends on the number of (replica) ranks
+            ranks = detect(self.cfg.replication).world.num_ranks
+            kwargs["global_batch_size"] = self.cfg.batch_or_1 * ranks
+        key = (epoch, kwargs.get("global_batch_size"))
+        plan = self._plans.get(key)
         if plan is None:
             from astream.core.order import plan_epoch
 
@@ -163,8 +171,8 @@ class StreamingCore:
                     "size so resumption and the worker split match the DataLoader",
                     stacklevel=3,
                 )
-            plan = plan_epoch(self.stream_specs, epoch=epoch, **self.cfg.plan_kwargs())
-            self._plans = {epoch: plan}
+            plan = plan_epoch(self.stream_specs, epoch=epoch, **kwargs)
+            self._plans = {key: plan}
         return plan
 
     def set_epoch(self, epoch: int) -> None:
