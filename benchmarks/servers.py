@@ -82,7 +82,9 @@ def _run_moto() -> None:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
-    print(f"READY {server._server.port}", flush=True)  # type: ignore[attr-defined]
+    wsgi = server._server
+    assert wsgi is not None
+    print(f"READY {wsgi.port}", flush=True)
     threading.Event().wait()
 
 

@@ -38,8 +38,8 @@ class Lit(Adapter):
     name = "lit"
 
     def __init__(self) -> None:
-        import litdata
-        import litdata.streaming.downloader as dl
+        import litdata  # type: ignore[import-not-found]  # the peers venv only
+        import litdata.streaming.downloader as dl  # type: ignore[import-not-found]
 
         dl._OBSTORE_CLIENT_OPTIONS["allow_http"] = True
         self.ld = litdata

@@ -16,8 +16,8 @@ class Mosaic(Adapter):
     name = "mosaic"
 
     def __init__(self) -> None:
-        import streaming
-        from streaming.base.util import clean_stale_shared_memory
+        import streaming  # type: ignore[import-not-found]  # the peers venv only
+        from streaming.base.util import clean_stale_shared_memory  # type: ignore[import-not-found]
 
         clean_stale_shared_memory()
         self.st = streaming
@@ -45,8 +45,8 @@ class Mosaic(Adapter):
         )
 
     def scale(self, spec: dict[str, Any]) -> dict[str, float]:
-        from streaming.base.batching import generate_work
-        from streaming.base.world import World
+        from streaming.base.batching import generate_work  # type: ignore[import-not-found]
+        from streaming.base.world import World  # type: ignore[import-not-found]
 
         root = Path(spec["out"])
         root.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _median(results: dict, key: str, lib: str, metric: str) -> float:
+def _median(results: dict[str, Any], key: str, lib: str, metric: str) -> float:
     status = results["status"][key][lib]
     assert status == "ok", f"{key} {lib}: {status}"
     value = results["figures"][key][lib][metric]
