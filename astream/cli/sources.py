@@ -1,0 +1,356 @@
+"""Readers for ``astream convert``: rows of JSONL, CSV, Parquet, a folder of files, or a
+Hugging Face ``datasets`` directory written by ``save_to_disk``.
+
+Theory of operation
+-------------------
+Every input is a :class:`Source`: ``count()`` rows, ``rows(start, stop)`` yields row dicts of a
+contiguous range in input order, ``nbytes`` is the input size (for the MB/s figure). A source
+is a small picklable object (paths only), so ``convert --workers N`` sends one to each worker
+process, which reads its own range. Column encodings are inferred from the first rows
+(:func:`infer_columns`) or given by the user; :func:`coercer` turns CSV strings into the
+values the chosen encodings store.
+
+A Hugging Face dataset saved to disk is read without the ``datasets`` package: its
+``state.json`` lists Arrow IPC stream files, which pyarrow reads directly.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from astream.errors import ConfigError, FormatError
+
+__all__ = ["Source", "coercer", "infer_columns", "open_source", "parse_columns"]
+
+_TEXT_EXT = {".txt", ".md", ".json", ".csv", ".tsv", ".html", ".xml", ".py", ".jsonl"}
+_IMAGE_ENC = {".jpg": "jpeg", ".jpeg": "jpeg", ".png": "png"}
+
+
+class Source:
+    kind = "?"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.nbytes = 0
+
+    def count(self) -> int:
+        raise NotImplementedError
+
+    def rows(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
+        raise NotImplementedError
+
+    def default_columns(self) -> dict[str, str] | None:
+        """Columns the source fixes itself (a folder); None to infer from values."""
+        return None
+
+
+class JsonlSource(Source):
+    kind = "jsonl"
+
+    def _lines(self) -> Iterator[tuple[int, str]]:
+        with open(self.path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    yield lineno, line
+
+    def count(self) -> int:
+        return sum(1 for _ in self._lines())
+
+    def rows(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
+        for i, (lineno, line) in enumerate(self._lines()):
+            if i >= stop:
+                return
+            if i < start:
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise FormatError(f"line {lineno}: not JSON ({exc.msg})", self.path) from None
+            if not isinstance(row, dict):
+                raise FormatError(f"line {lineno}: expected a JSON object", self.path)
+            yield row
+
+
+class CsvSource(Source):
+    kind = "csv"
+
+    def _reader(self, f: Any) -> Iterator[dict[str, Any]]:
+        delim = "\t" if self.path.endswith(".tsv") else ","
+        return csv.DictReader(f, delimiter=delim)
+
+    def count(self) -> int:
+        with open(self.path, encoding="utf-8", newline="") as f:
+            return sum(1 for _ in self._reader(f))
+
+    def rows(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
+        with open(self.path, encoding="utf-8", newline="") as f:
+            for i, row in enumerate(self._reader(f)):
+                if i >= stop:
+                    return
+                if i >= start:
+                    yield dict(row)
+
+
+class ArrowBatches(Source):
+    """Common part of Parquet and Hugging Face inputs: record batches in order."""
+
+    def batches(self) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def rows(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
+        pos = 0
+        for batch in self.batches():
+            n = batch.num_rows
+            lo, hi = max(start - pos, 0), min(stop - pos, n)
+            if lo < hi:
+                yield from batch.slice(lo, hi - lo).to_pylist()
+            pos += n
+            if pos >= stop:
+                return
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+    except ImportError:
+        raise ConfigError(
+            "Parquet and Hugging Face inputs need pyarrow: pip install 'astream[parquet]'"
+        ) from None
+    return pyarrow
+
+
+class ParquetSource(ArrowBatches):
+    kind = "parquet"
+
+    def _file(self) -> Any:
+        _pyarrow()
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.ParquetFile(self.path)
+        except Exception as exc:  # pyarrow raises its own ArrowInvalid
+            raise FormatError(f"not a Parquet file ({exc})", self.path) from None
+
+    def count(self) -> int:
+        return int(self._file().metadata.num_rows)
+
+    def batches(self) -> Iterator[Any]:
+        return iter(self._file().iter_batches(batch_size=1024))
+
+
+class HfDiskSource(ArrowBatches):
+    kind = "huggingface"
+
+    def files(self) -> list[str]:
+        state_path = os.path.join(self.path, "state.json")
+        with open(state_path, encoding="utf-8") as f:
+            state = json.load(f)
+        try:
+            names = [d["filename"] for d in state["_data_files"]]
+        except (KeyError, TypeError):
+            raise FormatError(
+                "no _data_files list (not a save_to_disk dataset?)", state_path
+            ) from None
+        for name in names:
+            if os.path.isabs(name) or ".." in name.split("/"):
+                raise FormatError(f"unsafe data file name {name!r}", state_path)
+        return [os.path.join(self.path, n) for n in names]
+
+    def batches(self) -> Iterator[Any]:
+        pa = _pyarrow()
+        for path in self.files():
+            with pa.memory_map(path) as src:
+                try:
+                    reader = pa.ipc.open_stream(src)
+                except Exception as exc:
+                    raise FormatError(f"not an Arrow stream ({exc})", path) from None
+                yield from reader
+
+    def count(self) -> int:
+        return sum(b.num_rows for b in self.batches())
+
+
+class FolderSource(Source):
+    """One row per file: ``path`` (relative), ``data``, and ``label`` (first directory) when
+    every file sits in a sub-directory (the ImageFolder layout)."""
+
+    kind = "folder"
+
+    def files(self) -> list[str]:
+        found = []
+        for root, dirs, names in os.walk(self.path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for n in names:
+                if not n.startswith("."):
+                    found.append(os.path.relpath(os.path.join(root, n), self.path))
+        return sorted(p.replace(os.sep, "/") for p in found)
+
+    def count(self) -> int:
+        return len(self.files())
+
+    def _data_encoding(self, files: list[str]) -> str:
+        exts = {os.path.splitext(p)[1].lower() for p in files}
+        images = {_IMAGE_ENC.get(e) for e in exts}
+        if len(images) == 1 and None not in images:
+            return images.pop()  # type: ignore[return-value]
+        if exts <= _TEXT_EXT:
+            return "str"
+        return "bytes"
+
+    def default_columns(self) -> dict[str, str]:
+        files = self.files()
+        if not files:
+            raise ConfigError(f"input: folder {self.path!r} has no files")
+        cols = {"path": "str", "data": self._data_encoding(files)}
+        if all("/" in p for p in files):
+            cols["label"] = "str"
+        return cols
+
+    def rows(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
+        files = self.files()
+        as_text = self._data_encoding(files) == "str"
+        labelled = all("/" in p for p in files)
+        for rel in files[start:stop]:
+            with open(os.path.join(self.path, rel), "rb") as f:
+                data: Any = f.read()
+            if as_text:
+                try:
+                    data = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise FormatError("not UTF-8 text", os.path.join(self.path, rel)) from None
+            row = {"path": rel, "data": data}
+            if labelled:
+                row["label"] = rel.split("/", 1)[0]
+            yield row
+
+
+def open_source(path: str, fmt: str | None = None) -> Source:
+    """The reader for ``path``; ``fmt`` (jsonl, csv, parquet, folder, huggingface) overrides
+    detection by extension / layout."""
+    path = os.path.abspath(os.path.expanduser(path))
+    if not os.path.exists(path):
+        raise ConfigError(f"input: {path!r} does not exist")
+    if fmt is None:
+        ext = os.path.splitext(path)[1].lower()
+        if os.path.isdir(path):
+            fmt = "huggingface" if os.path.isfile(os.path.join(path, "state.json")) else "folder"
+        elif ext in (".jsonl", ".ndjson", ".json"):
+            fmt = "jsonl"
+        elif ext in (".csv", ".tsv"):
+            fmt = "csv"
+        elif ext in (".parquet", ".pq"):
+            fmt = "parquet"
+        else:
+            raise ConfigError(
+                f"input: cannot tell the format of {path!r} from its name; pass --format"
+            )
+    classes: dict[str, type[Source]] = {
+        "jsonl": JsonlSource,
+        "csv": CsvSource,
+        "parquet": ParquetSource,
+        "folder": FolderSource,
+        "huggingface": HfDiskSource,
+    }
+    cls = classes.get(fmt)
+    if cls is None:
+        raise ConfigError(f"--format: unknown {fmt!r}; choose from {sorted(classes)}")
+    src = cls(path)
+    if os.path.isdir(path):
+        src.nbytes = sum(
+            os.path.getsize(os.path.join(r, n)) for r, _, names in os.walk(path) for n in names
+        )
+    else:
+        src.nbytes = os.path.getsize(path)
+    return src
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "bool"
+    for t, name in ((int, "int"), (float, "float"), (str, "str"), (bytes, "bytes")):
+        if isinstance(v, t):
+            return name
+    return "other"
+
+
+def _from_strings(values: list[str]) -> str:
+    def all_parse(fn: Callable[[str], Any]) -> bool:
+        try:
+            for v in values:
+                fn(v)
+        except ValueError:
+            return False
+        return True
+
+    if values and all_parse(int):
+        return "int"
+    if values and all_parse(float):
+        return "float64"
+    return "str"
+
+
+def infer_columns(rows: list[dict[str, Any]], from_text: bool = False) -> dict[str, str]:
+    """Encodings from sample rows: int, float64, str, bytes; json for anything else (lists,
+    dicts, mixed types, missing values). ``from_text``: values are CSV strings."""
+    names: dict[str, None] = {}
+    for r in rows:
+        names.update(dict.fromkeys(r))
+    if not names:
+        raise ConfigError("input: no rows to infer columns from")
+    out: dict[str, str] = {}
+    for name in names:
+        values = [r.get(name) for r in rows]
+        kinds = {_kind(v) for v in values}
+        if from_text and kinds == {"str"}:
+            out[name] = _from_strings(values)  # type: ignore[arg-type]
+        elif kinds in ({"int"}, {"bool"}, {"int", "bool"}):
+            out[name] = "int"
+        elif kinds in ({"float"}, {"int", "float"}):
+            out[name] = "float64"
+        elif kinds in ({"str"}, {"bytes"}):
+            out[name] = kinds.pop()
+        else:
+            out[name] = "json"
+    return out
+
+
+def parse_columns(text: str) -> dict[str, str]:
+    """``"a:int,b:str,c:ndarray:uint16"`` -> ``{"a": "int", ...}``."""
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        name, sep, enc = part.strip().partition(":")
+        if not sep or not name or not enc:
+            raise ConfigError(f"--columns: expected name:encoding, got {part.strip()!r}")
+        out[name] = enc
+    return out
+
+
+def coercer(columns: dict[str, str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Row -> sample with exactly ``columns``; CSV strings become ints/floats when needed."""
+    numeric = {"int": int, "str_int": int, "str_float": float}
+
+    def convert(row: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, enc in columns.items():
+            if name not in row:
+                raise ConfigError(f"row has no column {name!r} (columns: {sorted(row)})")
+            v = row[name]
+            if isinstance(v, str) and enc in numeric:
+                try:
+                    v = numeric[enc](v)
+                except ValueError:
+                    raise ConfigError(f"column {name!r}: {v!r} is not {enc}") from None
+            elif isinstance(v, bool) and enc == "int":
+                v = int(v)
+            elif isinstance(v, str) and enc.startswith(("float", "int", "uint")):
+                v = float(v) if enc.startswith("float") else int(v)
+            out[name] = v
+        return out
+
+    return convert
