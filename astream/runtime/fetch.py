@@ -91,6 +91,13 @@ class ShardFetcher:
         if is_complete(files.raw_path, files.raw_size):
             return True
         if shard.remote is None:
+            if os.path.exists(files.raw_path):
+                size = os.path.getsize(files.raw_path)
+                raise FormatError(
+                    f"shard is {size} bytes, index says {files.raw_size}"
+                    + (" (truncated)" if size < files.raw_size else ""),
+                    files.raw_path,
+                )
             raise ObjectNotFoundError(
                 "shard file is missing from the local dataset and no remote was given",
                 files.raw_path,
