@@ -93,7 +93,11 @@ class Engine:
     def _opener(self) -> ShardOpener:
         p = self._local
         return ShardOpener(
-            self.catalog, p["space"], p["stats"], allow_unsafe_types=self.allow_unsafe_types
+            self.catalog,
+            p["space"],
+            p["stats"],
+            allow_unsafe_types=self.allow_unsafe_types,
+            validate_hash=self.validate_hash,
         )
 
     @property

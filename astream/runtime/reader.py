@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 
 from astream.core.shard import SampleDecoder, ShardView
-from astream.errors import FormatError
+from astream.errors import FormatError, IntegrityError
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
+from astream.runtime.fetch import _hash_file
 from astream.runtime.locks import FileLock
 from astream.runtime.stats import Stats
 
@@ -78,10 +79,30 @@ def _validated_offsets(path: str, catalog: Catalog, s: int) -> list[int]:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             raise FormatError("shard file is empty", path)
+        err: FormatError | None = None
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            view = ShardView(mm, catalog.entries[s], path)
-            offsets = list(view._offsets)
-            view.release()
+            try:
+                view = ShardView(mm, catalog.entries[s], path)
+            except FormatError as exc:
+                # the traceback's frames hold views of the map: drop them so that the map can
+                # close and the FormatError (not a BufferError) reaches the caller
+                err = exc.with_traceback(None)
+            else:
+                offsets = list(view._offsets)
+                view.release()
+        if err is not None:
+            raise err
+    return offsets
+
+
+def _check_cached(path: str, catalog: Catalog, s: int, algo: str | None) -> list[int]:
+    """Offsets of a cached shard after its structural checks and, with ``algo``, its hash."""
+    offsets = _validated_offsets(path, catalog, s)
+    want = catalog.shards[s].raw_hashes.get(algo) if algo is not None else None
+    if want is not None and algo is not None:
+        got = _hash_file(algo, path)
+        if got != want:
+            raise IntegrityError(f"{algo} of the cached shard {path} is {got}, index says {want}")
     return offsets
 
 
@@ -96,6 +117,7 @@ class ShardOpener:
         *,
         allow_unsafe_types: bool,
         keep_open: int = 16,
+        validate_hash: str | None = None,
     ) -> None:
         self.catalog = catalog
         self.space = space
@@ -106,6 +128,8 @@ class ShardOpener:
         self._open: OrderedDict[int, OpenShard] = OrderedDict()
         self._decoders: dict[tuple[Any, ...], SampleDecoder] = {}
         self._offsets: dict[int, list[int]] = {}
+        self.validate_hash = validate_hash
+        self._dropped: set[int] = set()  # cached copies found corrupt and deleted (once each)
 
     def decoder(self, s: int) -> SampleDecoder:
         e = self.catalog.entries[s]
@@ -156,7 +180,18 @@ class ShardOpener:
         try:
             offsets = self._offsets.get(s)
             if offsets is None:
-                offsets = _validated_offsets(files.raw_path, self.catalog, s)
+                try:
+                    offsets = _check_cached(files.raw_path, self.catalog, s, self.validate_hash)
+                except (FormatError, IntegrityError):
+                    # A corrupt cached copy of remote data is deleted and fetched once more;
+                    # local-only data (the only copy) and a second failure are raised.
+                    if self.catalog.shards[s].remote is None or s in self._dropped:
+                        raise
+                    self._dropped.add(s)
+                    os.unlink(files.raw_path)
+                    if pin is not None:
+                        pin.release()
+                    return None
                 self._offsets[s] = offsets
             h = OpenShard(files.raw_path, offsets, self.decoder(s))
         except BaseException:
