@@ -124,7 +124,11 @@ def measure(
 
 
 def _harness(extra: list[str]) -> int:
-    if importlib.util.find_spec("benchmarks.run") is None:
+    try:
+        found = importlib.util.find_spec("benchmarks.run") is not None
+    except ModuleNotFoundError:  # no `benchmarks` package at all
+        found = False
+    if not found:
         raise ConfigError(
             "--harness needs benchmarks/run.py from an astream source checkout: run "
             "`astream bench --harness ...` from the repository root"
