@@ -7,10 +7,12 @@ Every process of the node that reads the dataset -- ranks and their DataLoader w
 jobs pointed at the same directories -- shares it through the file system only:
 
 - **Bytes.** Usage is what a directory listing says: the sum of ``st_size`` of every file under
-  the roots, outside ``.astream/``. A download *reserves* its bytes by creating its temporary
-  files at full size (``ftruncate``) while holding the roots' ``cache.lock`` files, so two
-  processes can never both believe the same free bytes are theirs, and usage never exceeds
-  ``limit`` even for an instant.
+  the roots, outside ``.astream/``, except the streams' ``index.json`` files (a few KB each,
+  written once at start, before any limit could be enforced against them). A download
+  *reserves* its bytes by creating its temporary files at full size (``ftruncate``) while
+  holding the roots' ``cache.lock`` files, and renames them to their final names under the same
+  lock, so two processes can never both believe the same free bytes are theirs, a scan never
+  misses a file in the middle of its rename, and usage never exceeds ``limit``.
 - **Pins.** A process reading a shard holds a shared flock on the shard's ``.pin`` lock file. An
   evictor may delete a shard only while holding that lock exclusively, which it tries without
   blocking: a pinned shard is skipped. A killed reader's pin vanishes with it.
@@ -118,24 +120,38 @@ class CacheSpace:
         while stack:
             d = stack.pop()
             try:
-                it = os.scandir(d)
+                with os.scandir(d) as it:
+                    entries = list(it)
             except FileNotFoundError:
                 continue
-            with it:
-                for e in it:
-                    if e.is_dir(follow_symlinks=False):
-                        if e.name != ".astream":
-                            stack.append(e.path)
+            listed = {e.name for e in entries}
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    if e.name != ".astream":
+                        stack.append(e.path)
+                    continue
+                if e.name == "index.json":
+                    continue
+                path = e.path
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    # Gone since the listing: deleted, or a finished download renamed to its
+                    # final name, which the listing may not hold yet. Count the final file.
+                    cut = e.name.rfind(TMP_MARK)
+                    if cut < 0 or e.name[:cut] in listed:
                         continue
+                    path = os.path.join(d, e.name[:cut])
                     try:
-                        st = e.stat(follow_symlinks=False)
+                        st = os.stat(path)
                     except FileNotFoundError:
                         continue
-                    scan.usage += st.st_size
-                    if TMP_MARK in e.name:
-                        scan.tmps.append(e.path)
-                    else:
-                        scan.present[e.path] = st.st_mtime
+                    listed.add(e.name[:cut])
+                scan.usage += st.st_size
+                if TMP_MARK in os.path.basename(path):
+                    scan.tmps.append(path)
+                else:
+                    scan.present[path] = st.st_mtime
         return scan
 
     def usage(self) -> int:
@@ -155,6 +171,22 @@ class CacheSpace:
                 lk.release()
             raise
         return held
+
+    async def commit(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` (a rename into the cache) under the cache lock, so that a scan never sees
+        a file between its temporary and its final name."""
+        if self.limit is None:
+            fn()
+            return
+        await asyncio.get_running_loop().run_in_executor(_waiters, self._locked, fn)
+
+    def _locked(self, fn: Callable[[], None]) -> None:
+        held = self._lock_all()
+        try:
+            fn()
+        finally:
+            for lk in held:
+                lk.release()
 
     # -- reservation ---------------------------------------------------------------------------
     async def reserve(self, need: int, materialize: Callable[[], None], *, block: bool) -> bool:

@@ -140,7 +140,10 @@ async def load_index(store: ObjectStore | None, local: str) -> Index:
         os.makedirs(local, exist_ok=True)
         if old is not None:
             _drop_stale(local, index)
-        tmp = f"{path}.tmp-{os.getpid()}"
+        # the temporary copy lives under .astream/, which cache accounting never counts
+        tmpdir = os.path.join(local, ".astream")
+        os.makedirs(tmpdir, exist_ok=True)
+        tmp = os.path.join(tmpdir, f"{INDEX}.{os.getpid()}")
         with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, path)

@@ -102,6 +102,7 @@ class ShardFetcher:
                 "shard file is missing from the local dataset and no remote was given",
                 files.raw_path,
             )
+        _check_inside(files)
         dl = FileLock(files.download_lock)
         await dl.exclusive_async()
         try:
@@ -175,9 +176,13 @@ class ShardFetcher:
                         return None
             if zip_tmp is not None:
                 await loop.run_in_executor(None, self._inflate, shard, zip_tmp, raw_tmp)
-            os.replace(raw_tmp, files.raw_path)
-            if zip_tmp is not None and self.keep_zip and files.zip_path is not None:
-                os.replace(zip_tmp, files.zip_path)
+
+            def publish() -> None:
+                os.replace(raw_tmp, files.raw_path)
+                if zip_tmp is not None and self.keep_zip and files.zip_path is not None:
+                    os.replace(zip_tmp, files.zip_path)
+
+            await self.space.commit(publish)
             self.stats.shards_fetched += 1
             return True
         finally:
@@ -240,6 +245,20 @@ async def _gather_all(*coros: Coroutine[Any, Any, None]) -> None:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+
+
+def _check_inside(files: ShardFiles) -> None:
+    """Refuse to write a shard whose directory resolves outside the cache root: basenames are
+    checked when the index is parsed, but a symlink planted in the cache could still redirect."""
+    root = os.path.realpath(files.root)
+    for path in (files.raw_path, files.zip_path):
+        if path is None:
+            continue
+        where = os.path.realpath(os.path.dirname(path))
+        if where != root and not where.startswith(root + os.sep):
+            raise FormatError(
+                f"shard path leaves the cache directory {root} (resolves into {where})", path
+            )
 
 
 def _hash_file(algo: str, path: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -121,17 +122,24 @@ def test_tight_cache_two_processes_two_workers(s3_bucket: str, tmp_path: Any) ->
     stop = threading.Event()
 
     def sample() -> None:
+        # A consistent snapshot: reservations, evictions and renames into the cache happen
+        # under the cache lock, so a listing under it is what the processes themselves see.
         nonlocal peak
+        lock = os.path.join(local, ".astream", "cache.lock")
+        os.makedirs(os.path.dirname(lock), exist_ok=True)
         while not stop.is_set():
-            total = 0
-            for d, _dirs, files in os.walk(local):
-                if ".astream" in d.split(os.sep):
-                    continue
-                for n in files:
-                    try:
-                        total += os.path.getsize(os.path.join(d, n))
-                    except FileNotFoundError:
-                        pass
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                total = 0
+                for e in os.scandir(local):
+                    if e.is_file() and e.name != "index.json":  # index: not counted (documented)
+                        try:
+                            total += e.stat().st_size
+                        except FileNotFoundError:  # a temporary file deleted since the listing
+                            pass
+            finally:
+                os.close(fd)
             peak = max(peak, total)
             time.sleep(0.002)
 
