@@ -206,7 +206,7 @@ def _parse_shard(c: _Checker, obj: Any, where: str) -> ShardEntry:
     if not isinstance(obj, dict):
         raise c.fail(where, "expected an object")
     fmt = obj.get("format")
-    if fmt not in _KEYS:
+    if not isinstance(fmt, str) or fmt not in _KEYS:
         raise c.fail(f"{where}.format", f"unknown shard format {fmt!r}")
     keys = set(obj)
     if keys != _KEYS[fmt]:
@@ -273,6 +273,16 @@ def _parse_shard(c: _Checker, obj: Any, where: str) -> ShardEntry:
     if len(set(names)) != len(names):
         raise c.fail(f"{where}.column_names", "duplicate column names")
     hashes = c.str_list(obj["hashes"], f"{where}.hashes")
+    samples = c.int_(obj["samples"], f"{where}.samples")
+    if fmt == "mds":  # u32 offsets bound the file; the header bounds the count (no huge allocs)
+        if raw.bytes >= 1 << 32:
+            raise c.fail(f"{where}.raw_data.bytes", f"{raw.bytes} is not below 2**32 (u32 offsets)")
+        if 8 + 4 * samples > raw.bytes:
+            raise c.fail(
+                f"{where}.samples",
+                f"{samples} samples need a {8 + 4 * samples}-byte header, raw_data.bytes is "
+                f"{raw.bytes}",
+            )
     return ShardEntry(
         format=fmt,
         column_encodings=encs,
@@ -282,7 +292,7 @@ def _parse_shard(c: _Checker, obj: Any, where: str) -> ShardEntry:
         hashes=hashes,
         raw_data=raw,
         zip_data=zip_,
-        samples=c.int_(obj["samples"], f"{where}.samples"),
+        samples=samples,
         size_limit=c.int_(obj["size_limit"], f"{where}.size_limit", optional=True),
         **kw,
     )
