@@ -18,6 +18,7 @@ HTTP cannot list or write; those raise :class:`StorageError` naming the URL.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -64,6 +65,26 @@ def map_aiohttp_error(exc: BaseException, url: str) -> StorageError:
     return TransientStorageError(f"connection failed ({type(exc).__name__}: {exc})", url)
 
 
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+def _check_content_range(
+    value: str | None, rng: str, start: int, end: int | None, url: str
+) -> None:
+    """A 206 must carry exactly the range asked for (cut at the end of the object)."""
+    m = _CONTENT_RANGE.fullmatch(value or "")
+    ok = m is not None and int(m[1]) == start
+    if ok and m is not None and end is not None and int(m[2]) != end - 1:
+        ok = m[3] != "*" and int(m[2]) == int(m[3]) - 1 < end - 1  # shorter object: cut short
+    if not ok:
+        raise StorageError(
+            f"server answered with Content-Range {value or 'none'} when asked {rng}; refusing "
+            "bytes of another range",
+            url,
+            retryable=False,
+        )
+
+
 class HttpBackend:
     """Objects are ``{root}/{key}`` URLs served by any HTTP server that honours Range."""
 
@@ -97,6 +118,8 @@ class HttpBackend:
                             url,
                             retryable=False,
                         )
+                if resp.status == 206 and rng is not None:
+                    _check_content_range(resp.headers.get("Content-Range"), rng, start, end, url)
                 async for chunk in resp.content.iter_chunked(CHUNK_SIZE):
                     yield chunk
         except aiohttp.ClientError as exc:
