@@ -20,11 +20,12 @@ PIL is imported only by the image encodings, on first use.
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import struct
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
-from functools import lru_cache
+from functools import cache, lru_cache
 from io import BytesIO
 from typing import Any
 
@@ -50,6 +51,14 @@ NDARRAY_DTYPE_CODES: dict[str, int] = {
 }  # fmt: skip
 _CODE_DTYPES = {code: np.dtype(name) for name, code in NDARRAY_DTYPE_CODES.items()}
 _SHAPE_DTYPES = (np.dtype("<u1"), np.dtype("<u2"), np.dtype("<u4"), np.dtype("<u8"))
+
+
+@cache
+def _shape_struct(ndim: int, width: int) -> struct.Struct:
+    """Unpacks ``ndim`` shape entries of 1/2/4/8 bytes (``width`` 0..3), little-endian."""
+    return struct.Struct("<" + "BHIQ"[width] * ndim)
+
+
 _SCALARS = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
             "float16", "float32", "float64")  # fmt: skip
 ENCODING_NAMES: tuple[str, ...] = (
@@ -213,18 +222,20 @@ def _ndarray(config: str, text: str) -> Coder:
         shp = shape
         if shp is None:
             head = mv[pos]
-            ndim, sdt = head >> 2, _SHAPE_DTYPES[head & 3]
-            end = pos + 1 + ndim * sdt.itemsize
+            ndim = head >> 2
+            unpack_shape = _shape_struct(ndim, head & 3)
+            end = pos + 1 + unpack_shape.size
             if ndim == 0 or end > len(mv):
                 raise ValueError("ndarray shape header truncated or empty")
-            shp = tuple(np.frombuffer(mv[pos + 1 : end], sdt).tolist())
+            shp = unpack_shape.unpack_from(mv, pos + 1)
             pos = end
-        count = int(np.prod(shp, dtype=np.uint64)) if shp else 0
+        count = shp[0] if len(shp) == 1 else math.prod(shp)
         if count * dt.itemsize != len(mv) - pos:
             raise ValueError(
                 f"ndarray of shape {shp} {dt.name} does not fill {len(mv) - pos} bytes"
             )
-        return np.frombuffer(mv[pos:], dt).reshape(shp)
+        arr = np.frombuffer(mv, dt, count, pos)
+        return arr if len(shp) == 1 else arr.reshape(shp)
 
     return Coder(text, size, enc, dec)
 
