@@ -226,13 +226,3 @@ def test_local_dataset_missing_files(tmp_path: Path) -> None:
     ds = LocalDataset(str(tmp_path / "o"))
     with pytest.raises(ObjectNotFoundError, match=r"shard file missing"):
         ds[0]
-
-
-def test_remote_without_storage_layer_or_factory(tmp_path: Path) -> None:
-    try:
-        import astream.writer.remote  # noqa: F401
-    except ImportError:
-        with pytest.raises(ConfigError, match=r"^remote output needs the storage layer$"):
-            MDSWriter(out="s3://bucket/x", columns=COLS)
-    else:
-        pytest.skip("the storage layer provides make_sink")
