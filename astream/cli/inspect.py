@@ -35,6 +35,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--all-shards", action="store_true", help=f"list every shard, not {_SHOWN_SHARDS}"
     )
+    p.add_argument(
+        "--allow-unsafe-types", action="store_true", help="decode pkl columns (runs pickle)"
+    )
     p.set_defaults(func=run)
 
 
@@ -108,18 +111,19 @@ def sample_to_json(sample: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _get_sample(url: str, i: int, num: int) -> dict[str, Any]:
+def _get_sample(url: str, i: int, num: int, unsafe: bool) -> dict[str, Any]:
     if not -num <= i < num:
         raise ConfigError(f"--sample {i} is out of range for {num} samples")
     if is_local(url):
         from astream.local import LocalDataset
 
-        return LocalDataset(local_path(url)).get_item(i)
+        return LocalDataset(local_path(url), allow_unsafe_types=unsafe).get_item(i)
     from astream.dataset import StreamingCore
 
     tmp = tempfile.mkdtemp(prefix="astream-inspect-")
     try:
-        return StreamingCore(remote=url, local=tmp, batch_size=1).get_item(i)
+        ds = StreamingCore(remote=url, local=tmp, batch_size=1, allow_unsafe_types=unsafe)
+        return ds.get_item(i)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -130,12 +134,12 @@ def run(args: argparse.Namespace) -> int:
     info = describe(index)
     sample = None
     if args.sample is not None:
-        sample = _get_sample(url, args.sample, index.num_samples)
+        sample = _get_sample(url, args.sample, index.num_samples, args.allow_unsafe_types)
     if args.json:
         out = {"url": url, **info}
         if sample is not None:
             out["sample"] = {"index": args.sample, "columns": sample_to_json(sample)}
-        print(json.dumps(out, indent=1))
+        print(json.dumps(out, indent=1, default=str))
         return 0
     cols = ", ".join(
         f"{c['name']}: {c['encoding']} ({'var' if c['size'] is None else str(c['size']) + ' B'})"

@@ -209,3 +209,10 @@ def test_unknown_extension_needs_format(cli, tmp_path, fmt):
         f"astream: error: input: cannot tell the format of {str(p)!r} from its name; "
         "pass --format\n"
     )
+
+
+def test_progress_bar_reports_rate(cli, tmp_path):
+    src = write_jsonl(str(tmp_path / "in.jsonl"), ROWS)
+    r = cli("convert", src, str(tmp_path / "out"), "--progress")
+    assert r.code == 0
+    assert "300/300" in r.err and "samples/s" in r.err and "MB/s" in r.err

@@ -160,3 +160,38 @@ def test_verify_s3(cli, plain, s3_bucket, tmp_path):
     assert p["file"] == "shard.00000.mds" and p["problem"].startswith("xxh64 ")
     r = cli("verify", url, "--concurrency", "0")
     assert r.err == "astream: error: --concurrency must be >= 1, got 0\n"
+
+
+GOLDEN = os.path.join(os.path.dirname(os.path.dirname(__file__)), "golden", "data")
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(n for n in os.listdir(GOLDEN) if os.path.isfile(os.path.join(GOLDEN, n, "index.json"))),
+)
+def test_reference_written_datasets_verify_and_inspect(cli, name):
+    # datasets written by mosaicml-streaming 0.13.0 (tests/golden): every format, compression,
+    # merged sub-datasets, split formats with meta files
+    path = os.path.join(GOLDEN, name)
+    r = cli("verify", path, "--json")
+    assert r.code == 0, r.out
+    with open(os.path.join(path, "index.json")) as f:
+        shards = json.load(f)["shards"]
+    want_files = sum(2 if "raw_meta" in s else 1 for s in shards)
+    assert r.json()["files_checked"] == want_files and r.json()["problems"] == []
+    unsafe = ["--allow-unsafe-types"] if name == "encodings" else []
+    info = cli("inspect", path, "--json", "--sample", "0", *unsafe).json()
+    assert info["samples"] == sum(s["samples"] for s in shards)
+    assert info["sample"]["index"] == 0
+
+
+def test_inspect_refuses_pickle_unless_allowed(cli):
+    path = os.path.join(GOLDEN, "encodings")
+    r = cli("inspect", path, "--sample", "0")
+    assert r.code == 2
+    assert r.err == (
+        f"astream: error: {path}/shard.00000.mds: column 'obj_pkl' has unsafe encoding 'pkl' "
+        "(pickle can run code); pass allow_unsafe_types=True to read it\n"
+    )
+    r = cli("inspect", path, "--sample", "0", "--allow-unsafe-types")
+    assert r.code == 0 and "  obj_pkl: " in r.out
