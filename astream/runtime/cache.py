@@ -54,6 +54,7 @@ class ShardFiles:
     zip: str | None = None
     zip_size: int | None = None
     evictable: bool = True
+    zip_is_source: bool = False  # local-only compressed data: the zip is the only copy
 
     @property
     def raw_path(self) -> str:
@@ -270,7 +271,7 @@ class CacheSpace:
             if not sf.evictable:
                 continue
             t = scan.present.get(sf.raw_path)
-            if t is None and sf.zip_path is not None:
+            if t is None and sf.zip_path is not None and not sf.zip_is_source:
                 t = scan.present.get(sf.zip_path)
             if t is not None:
                 cands.append((t, sf))
@@ -287,7 +288,7 @@ class CacheSpace:
                 continue
             try:
                 freed += _unlink(sf.raw_path)
-                if sf.zip_path is not None:
+                if sf.zip_path is not None and not sf.zip_is_source:
                     freed += _unlink(sf.zip_path)
                 self.evictions += 1
             finally:

@@ -104,7 +104,10 @@ def _remote_shard(src: StreamSource, entry: ShardEntry) -> RemoteShard:
         raw_size=raw.bytes,
         zip=zipd.basename if zipd is not None else None,
         zip_size=zipd.bytes if zipd is not None else None,
-        evictable=src.remote is not None,
+        # Local-only data is never evicted; a raw file decompressed from a local-only
+        # compressed shard is a derived copy and may be, but never its compressed source.
+        evictable=src.remote is not None or zipd is not None,
+        zip_is_source=src.remote is None and zipd is not None,
     )
     return RemoteShard(
         files=files,

@@ -90,6 +90,12 @@ class ShardFetcher:
         files = shard.files
         if is_complete(files.raw_path, files.raw_size):
             return True
+        if (
+            shard.remote is None
+            and files.zip_path is not None
+            and is_complete(files.zip_path, files.zip_size or -1)
+        ):
+            return await self._inflate_local(shard, block=block)
         if shard.remote is None:
             if os.path.exists(files.raw_path):
                 size = os.path.getsize(files.raw_path)
@@ -116,6 +122,38 @@ class ShardFetcher:
                     continue
                 return ok
             raise AssertionError("unreachable")
+        finally:
+            dl.release()
+
+    async def _inflate_local(self, shard: RemoteShard, *, block: bool) -> bool:
+        """A local-only compressed shard: decompress the local file into the raw one (kept
+        beside it; both stay, since the compressed file is the only copy of the data)."""
+        files = shard.files
+        dl = FileLock(files.download_lock)
+        await dl.exclusive_async()
+        try:
+            if is_complete(files.raw_path, files.raw_size):
+                return True
+            self._drop_tmps(files)
+            raw_tmp = f"{files.raw_path}{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+
+            def materialize() -> None:
+                with open(raw_tmp, "wb") as f:
+                    f.truncate(files.raw_size)
+
+            if not await self.space.reserve(files.raw_size, materialize, block=block):
+                return False
+            try:
+                assert files.zip_path is not None
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(None, self._inflate, shard, files.zip_path, raw_tmp)
+                await self.space.commit(lambda: os.replace(raw_tmp, files.raw_path))
+                return True
+            finally:
+                try:
+                    os.unlink(raw_tmp)
+                except FileNotFoundError:
+                    pass
         finally:
             dl.release()
 

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 from astream import StreamingDataLoader, StreamingDataset
 from astream.errors import ConfigError
 
-from .conftest import labels
+from .conftest import labels, write_dataset
 
 
 def collate(batch: list[dict[str, Any]]) -> list[int]:
@@ -111,3 +111,21 @@ def test_bad_arguments_are_named(local_dataset: Any, tmp_path: Any) -> None:
         StreamingDataset(local=local_dataset[0], partition_algo="weird")
     with pytest.raises(ConfigError, match="give either `streams` or `remote`/`local`, not both"):
         StreamingDataset(streams=[object()], local=local_dataset[0])
+
+
+def test_local_only_compressed_dataset_keeps_its_compressed_files(tmp_path: Any) -> None:
+    path = str(tmp_path / "z")
+    samples = write_dataset(path, 600, compression="zstd", size_limit=8_000)
+    zips = sorted(n for n in os.listdir(path) if n.endswith(".zstd"))
+    assert len(zips) >= 4 and not [n for n in os.listdir(path) if n.endswith(".mds")]
+    raw_max = max(e.raw_data.bytes for e in StreamingDataset(local=path).shards)
+    used_by_zips = sum(os.path.getsize(os.path.join(path, n)) for n in zips)
+    # room for every compressed file plus two decompressed shards: raw copies get evicted
+    ds = StreamingDataset(local=path, batch_size=6, cache_limit=used_by_zips + 2 * raw_max)
+    got = list(ds)
+    assert sorted(labels(got)) == list(range(600))
+    for s in got:
+        check_sample(s, samples[s["label"]])
+    assert sorted(n for n in os.listdir(path) if n.endswith(".zstd")) == zips  # sources kept
+    assert ds.cache_usage() <= used_by_zips + 2 * raw_max
+    assert ds.engine.space.evictions > 0
