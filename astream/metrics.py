@@ -39,6 +39,7 @@ COUNTERS = (
     "cache_hits",
     "cache_misses",
     "integrity_retries",
+    "retries",
     "evictions",
     "samples",
     "wait_seconds",

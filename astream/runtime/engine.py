@@ -102,7 +102,9 @@ class Engine:
 
     @property
     def stats(self) -> Stats:
-        return self._parts()["stats"]  # type: ignore[no-any-return]
+        stats: Stats = self._parts()["stats"]
+        stats.retries = self.stores.retries()
+        return stats
 
     @property
     def space(self) -> CacheSpace:

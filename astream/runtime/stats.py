@@ -19,6 +19,7 @@ class Stats:
     cache_hits: int = 0  # shard opens served from the local cache
     cache_misses: int = 0  # shard opens that had to wait for a download
     integrity_retries: int = 0  # downloads redone after a hash mismatch
+    retries: int = 0  # transient storage failures retried (5xx, resets, cut bodies, timeouts)
     samples: int = 0  # samples yielded or returned
     wait_seconds: float = 0.0  # time the consumer spent waiting for data to arrive
 

@@ -49,6 +49,14 @@ class StorePool:
             stores[url] = store
         return store  # type: ignore[no-any-return]
 
+    def retries(self) -> int:
+        """Transient failures retried by this process's stores, on every loop."""
+        return sum(
+            int(getattr(store, "retries", 0))
+            for stores in list(self._by_loop.values())
+            for store in list(stores.values())
+        )
+
     async def aclose_loop(self) -> None:
         """Close the stores of the running loop."""
         stores = self._by_loop.pop(asyncio.get_running_loop(), None) or {}

@@ -129,6 +129,7 @@ class RetryingStore:
         self.raw = raw
         self.policy = policy or RetryPolicy()
         self._rng = random.Random()
+        self.retries = 0  # transient failures retried so far (for statistics)
 
     @property
     def url(self) -> str:
@@ -149,6 +150,7 @@ class RetryingStore:
                     return await op()
             except (TransientStorageError, TimeoutError) as exc:
                 await budget.failed(budget.fault(exc, timeout), self._rng)
+                self.retries += 1
 
     async def _stream(
         self, key: str, start: int, end: int | None, sink: Callable[[bytes], object]
@@ -172,6 +174,7 @@ class RetryingStore:
                 return got
             except (TransientStorageError, TimeoutError) as exc:
                 await budget.failed(budget.fault(exc, timeout), self._rng)
+                self.retries += 1
 
     async def get_range(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         if start < 0 or (end is not None and end < start):

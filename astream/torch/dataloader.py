@@ -31,11 +31,8 @@ def _batch_len(batch: Any) -> int:
     if isinstance(batch, dict):
         return _batch_len(next(iter(batch.values()))) if batch else 0
     if isinstance(batch, (list, tuple)):
-        if (
-            (batch
-            and isinstance(batch[0], (list, tuple, dict)))
-            or (batch
-            and hasattr(batch[0], "shape"))
+        if (batch and isinstance(batch[0], (list, tuple, dict))) or (
+            batch and hasattr(batch[0], "shape")
         ):
             return _batch_len(batch[0])
         return len(batch)

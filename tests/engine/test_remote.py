@@ -148,3 +148,25 @@ def test_aiter_same_order_as_sync_no_extra_threads(s3_dataset: Any, fresh_local:
     assert five == 5
     # the async path adds no astream loop thread (lock waits may use the executor)
     assert {n for n in during - before if n.startswith("astream-loop")} == set()
+
+
+def test_retries_are_counted_and_invisible(
+    s3_dataset: Any, s3_server: Any, make_proxy: Any, fresh_local: Any
+) -> None:
+    url, samples = s3_dataset
+    proxy = make_proxy(s3_server.url)
+    ds = StreamingDataset(
+        remote=url,
+        local=fresh_local(),
+        batch_size=8,
+        download_retry=3,  # three faults in a row on one request: the fourth attempt succeeds
+        storage_options={"endpoint_url": proxy.url},
+    )
+    # (a reset is not used here: aiohttp itself re-sends once on a dropped pooled connection)
+    proxy.plan("503", "500", "truncate", path="shard.00003")
+    got = list(ds)
+    assert sorted(labels(got)) == list(range(1000))
+    for s in got:
+        assert np.array_equal(s["ids"], samples[s["label"]]["ids"])
+    assert dict(proxy.stats.faults) == {"503": 1, "500": 1, "truncate": 1}
+    assert ds.stats.retries == 3
