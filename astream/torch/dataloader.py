@@ -26,15 +26,15 @@ __all__ = ["StreamingDataLoader"]
 
 
 def _batch_len(batch: Any) -> int:
+    """Samples in one collated batch: a tensor/array (rows), a dict of columns (its first
+    column), a list of columns (tensors), or a plain list of samples."""
     if hasattr(batch, "shape") and len(batch.shape):
         return int(batch.shape[0])
     if isinstance(batch, dict):
         return _batch_len(next(iter(batch.values()))) if batch else 0
     if isinstance(batch, (list, tuple)):
-        if (batch and isinstance(batch[0], (list, tuple, dict))) or (
-            batch and hasattr(batch[0], "shape")
-        ):
-            return _batch_len(batch[0])
+        if batch and hasattr(batch[0], "shape") and len(batch[0].shape):
+            return int(batch[0].shape[0])  # default_collate of tuple samples: column tensors
         return len(batch)
     return 1
 

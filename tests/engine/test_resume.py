@@ -87,3 +87,24 @@ def test_resume_on_another_world_same_global_batches(
     assert [sorted(b) for b in two] == [sorted(b) for b in four[10:]]
     seen = [x for b in four[:10] for x in b] + [x for b in two for x in b]
     assert sorted(set(seen)) == list(range(1000))
+
+
+def test_batch_length_of_common_collate_outputs() -> None:
+    import torch
+
+    from astream.torch.dataloader import _batch_len
+
+    assert _batch_len(torch.zeros(5, 3)) == 5
+    assert _batch_len({"ids": torch.zeros(7), "label": [1] * 7}) == 7
+    assert _batch_len([torch.zeros(4, 2), torch.zeros(4)]) == 4
+    assert _batch_len([{"a": [1, 2, 3]}, {"a": [4, 5, 6]}]) == 2  # uncollated samples
+    assert _batch_len([1, 2, 3, 4, 5, 6]) == 6
+
+
+def test_state_dict_counts_uncollated_batches(local_dataset: Any) -> None:
+    ds = StreamingDataset(local=local_dataset[0], batch_size=8, shuffle=True)
+    ld = StreamingDataLoader(ds, batch_size=8, collate_fn=lambda b: b)
+    for i, _ in enumerate(ld):
+        if i == 4:
+            break
+    assert ld.state_dict()["sample_in_epoch"] == 40
