@@ -167,11 +167,15 @@ class Engine:
             stats.cache_misses += 1
             with Stopwatch(stats):
                 for _ in range(8):
-                    fut = pf.take(s)
-                    ok = await fut if fut is not None else False  # type: ignore[misc]
-                    if not ok:
-                        await self.download(s, True)
-                    h = opener.try_open(s)
+                    hold = opener.hold_pin(s)  # see ShardOpener.hold_pin
+                    try:
+                        fut = pf.take(s)
+                        ok = await fut if fut is not None else False  # type: ignore[misc]
+                        if not ok:
+                            await self.download(s, True)
+                        h = opener.try_open(s)
+                    finally:
+                        opener.drop_pin(hold)
                     if h is not None:
                         la.forget(s)
                         return h

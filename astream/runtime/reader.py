@@ -212,6 +212,24 @@ class ShardOpener:
             old.close()
         return h
 
+    def hold_pin(self, s: int) -> FileLock | None:
+        """Pin ``s`` across its fetch (under a limit). Without it, a shard downloaded for us can
+        be evicted by a process waiting for room before we open it, again and again, when the
+        limit holds few shards. A pin on an absent shard blocks no one: evictors only look at
+        present shards, and a present pinned shard is being read, never waiting."""
+        if not self.pinning:
+            return None
+        self.release_all()  # at most one pin: the one we are about to take
+        lk = FileLock(self.catalog.shards[s].files.pin_lock)
+        lk.shared()
+        self.space.note_pin(lk.path, 1)
+        return lk
+
+    def drop_pin(self, lk: FileLock | None) -> None:
+        if lk is not None:
+            self.space.note_pin(lk.path, -1)
+            lk.release()
+
     def open(self, s: int, fetch: Callable[[int], object]) -> OpenShard:
         """Open shard ``s``, calling ``fetch(s)`` (which blocks until the file is there) on a
         miss. Loops because a shard fetched for us may be evicted before we pin it."""
@@ -221,8 +239,12 @@ class ShardOpener:
             return h
         self.stats.cache_misses += 1
         for _ in range(8):
-            fetch(s)
-            h = self.try_open(s)
+            hold = self.hold_pin(s)
+            try:
+                fetch(s)
+                h = self.try_open(s)
+            finally:
+                self.drop_pin(hold)
             if h is not None:
                 return h
         raise FormatError(
