@@ -298,7 +298,7 @@ class Harness:
             "wall_s": time.perf_counter() - t0,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
-        return {"meta": meta, **summarize(self.records)}
+        return {"meta": meta, **summarize(self.records), "records": self.records}
 
 
 def _brief(r: dict[str, Any]) -> str:
