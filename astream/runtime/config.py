@@ -24,6 +24,7 @@ import numpy as np
 from astream.core.index import Index
 from astream.core.order import DEFAULT_NUM_CANONICAL_NODES, StreamSpec
 from astream.core.sizes import parse_size
+from astream.core.world import check_positive_int
 from astream.errors import ConfigError
 from astream.runtime import bridge
 from astream.runtime.catalog import StreamSource, load_index
@@ -36,11 +37,10 @@ _PARTITION_ALGOS = ("relaxed", "orig")
 
 
 def _int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ConfigError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
+    """``check_positive_int`` that also takes numpy integers (common in configs)."""
+    if isinstance(value, np.integer):
+        value = int(value)
+    return check_positive_int(name, value, minimum=minimum)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,12 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+def _job(url: str, cache: str, out: str, *extra: str, workers: int = 2) -> list[str]:
+    """The command line of one epoch_job run (batch 8, shuffled)."""
+    return [sys.executable, JOB, "--remote", url, "--cache-dir", cache, "--out", out,
+            "--batch", "8", "--workers", str(workers), "--shuffle", *extra]  # fmt: skip
+
+
 def _read(path: str) -> list[list[int]]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -45,26 +51,8 @@ def test_torchrun_two_ranks_and_two_nodes(s3_dataset: Any, tmp_path: Any) -> Non
     single = _single_process_batches(url, str(tmp_path / "single"), 16)  # global batch 16
     # one node, two ranks, gloo process group initialised by the job (never by astream)
     out = str(tmp_path / "tr")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        JOB,
-        "--remote",
-        url,
-        "--cache-dir",
-        str(tmp_path / "n0"),
-        "--out",
-        out,
-        "--batch",
-        "8",
-        "--workers",
-        "2",
-        "--shuffle",
-        "--dist",
-    ]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    cmd = launcher + _job(url, str(tmp_path / "n0"), out, "--dist")[1:]
     r = subprocess.run(cmd, env=_env(), timeout=240, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     ranks = [_read(f"{out}.{r}") for r in range(2)]
@@ -79,21 +67,7 @@ def test_torchrun_two_ranks_and_two_nodes(s3_dataset: Any, tmp_path: Any) -> Non
         env = _env(RANK=str(node), WORLD_SIZE="2", LOCAL_WORLD_SIZE="1", LOCAL_RANK="0")
         procs.append(
             subprocess.Popen(
-                [
-                    sys.executable,
-                    JOB,
-                    "--remote",
-                    url,
-                    "--cache-dir",
-                    str(tmp_path / f"node{node}"),
-                    "--out",
-                    out2,
-                    "--batch",
-                    "8",
-                    "--workers",
-                    "1",
-                    "--shuffle",
-                ],
+                _job(url, str(tmp_path / f"node{node}"), out2, workers=1),
                 env=env,
             )
         )
@@ -148,23 +122,7 @@ def test_tight_cache_two_processes_two_workers(s3_bucket: str, tmp_path: Any) ->
     out = str(tmp_path / "o")
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                JOB,
-                "--remote",
-                url,
-                "--cache-dir",
-                local,
-                "--out",
-                out,
-                "--batch",
-                "8",
-                "--workers",
-                "2",
-                "--shuffle",
-                "--cache-limit",
-                str(limit),
-            ],
+            _job(url, local, out, "--cache-limit", str(limit)),
             env=_env(RANK=str(r), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", LOCAL_RANK=str(r)),
         )
         for r in range(2)
@@ -189,23 +147,7 @@ def test_kill9_during_download_then_rerun(
     out = str(tmp_path / "o")
     for delay in (0.8, 1.5):
         p = subprocess.Popen(
-            [
-                sys.executable,
-                JOB,
-                "--remote",
-                url,
-                "--cache-dir",
-                local,
-                "--out",
-                out,
-                "--batch",
-                "8",
-                "--workers",
-                "2",
-                "--shuffle",
-                "--endpoint",
-                proxy.url,
-            ],
+            _job(url, local, out, "--endpoint", proxy.url),
             env=_env(),
             start_new_session=True,
         )
@@ -214,23 +156,7 @@ def test_kill9_during_download_then_rerun(
         p.wait(timeout=30)
     proxy.configure(latency=0.0, bandwidth=None)
     r = subprocess.run(
-        [
-            sys.executable,
-            JOB,
-            "--remote",
-            url,
-            "--cache-dir",
-            local,
-            "--out",
-            out,
-            "--batch",
-            "8",
-            "--workers",
-            "2",
-            "--shuffle",
-            "--endpoint",
-            proxy.url,
-        ],
+        _job(url, local, out, "--endpoint", proxy.url),
         env=_env(),
         timeout=120,
     )
