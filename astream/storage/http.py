@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import AsyncIterator
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 
@@ -89,6 +90,12 @@ class HttpBackend:
     """Objects are ``{root}/{key}`` URLs served by any HTTP server that honours Range."""
 
     def __init__(self, url: str, *, headers: dict[str, str] | None = None) -> None:
+        parts = urlsplit(url)
+        if parts.username is not None or parts.password is not None:
+            # user:password@ in the URL becomes a header, so it never reaches a message or repr
+            auth = aiohttp.BasicAuth(unquote(parts.username or ""), unquote(parts.password or ""))
+            headers = {"Authorization": auth.encode(), **(headers or {})}
+            url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
         self._url = url.rstrip("/")
         self._session = LazySession(headers)
 
