@@ -140,7 +140,12 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--latency-ms", type=float, default=0.0)
     ap.add_argument("--bandwidth-mbps", type=float, default=0.0)
+    ap.add_argument("--exit-with-parent", action="store_true", help="exit on stdin EOF")
     a = ap.parse_args()
+    if a.exit_with_parent:
+        from benchmarks.servers import exit_with_parent
+
+        exit_with_parent()
     try:
         asyncio.run(serve(a.upstream, a.port, a.latency_ms, a.bandwidth_mbps))
     except KeyboardInterrupt:

@@ -2,7 +2,8 @@
 
 Each runs in its own process (so neither competes for the harness's GIL) and announces its
 port with one ``READY <port>`` line on stdout, which the harness reads: no port guessing and no
-polling. ``python -m benchmarks.servers moto`` is the emulator's entry point.
+polling. Each exits when the harness does (see :func:`exit_with_parent`).
+``python -m benchmarks.servers moto`` is the emulator's entry point.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def _spawn(args: list[str]) -> tuple[subprocess.Popen[str], int]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [sys.executable, *args], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env
+        [sys.executable, *args],
+        stdin=subprocess.PIPE,  # held open by us: its EOF tells the child we are gone
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -46,7 +52,9 @@ class S3Emulator:
         moto, mport = _spawn(["-m", "benchmarks.servers", "moto"])
         self._procs.append(moto)
         self.direct = f"http://127.0.0.1:{mport}"
-        proxy, pport = _spawn(["-m", "benchmarks.proxy", "--upstream", self.direct])
+        proxy, pport = _spawn(
+            ["-m", "benchmarks.proxy", "--upstream", self.direct, "--exit-with-parent"]
+        )
         self._procs.append(proxy)
         self.endpoint = f"http://127.0.0.1:{pport}"
         return self
@@ -74,12 +82,24 @@ class S3Emulator:
             return result
 
 
+def exit_with_parent() -> None:
+    """In a server process: exit as soon as the parent's end of our stdin closes (the parent
+    exited, even killed), so no emulator outlives the harness. A blocking read, no polling."""
+
+    def watch() -> None:
+        sys.stdin.read()
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def _run_moto() -> None:
     import logging
 
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    exit_with_parent()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     wsgi = server._server
