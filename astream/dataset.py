@@ -107,6 +107,8 @@ class StreamingCore:
                 f"({self.catalog.max_footprint} bytes raw + compressed): nothing could be read"
             )
         avg = max(1, self.catalog.num_samples // max(1, len(self.catalog.shards)))
+        if cfg.cache_limit is not None and cfg.shuffle:
+            self._warn_small_cache(avg)
         ahead = cfg.predownload if cfg.predownload is not None else max(8 * cfg.batch_or_1, avg)
         self.engine = Engine(
             self.catalog,
@@ -122,6 +124,26 @@ class StreamingCore:
         self._pinned: tuple[int, int] | None = None  # set by StreamingDataLoader for workers
         self._current: tuple[int, int] = (0, 0)  # (epoch, start) of the latest iteration
         self._plans: dict[tuple[int, int | None], Any] = {}
+
+    def _warn_small_cache(self, avg_shard_samples: int) -> None:
+        """A shuffle block spans several shards that are all read at once; a cache that cannot
+        hold them refetches shards over and over (correct, but slow). Say so up front."""
+        from astream.core.order import default_block_size
+
+        block = self.cfg.shuffle_block_size or default_block_size(
+            [spec.shard_sizes for spec in self.stream_specs]
+        )
+        spanned = min(len(self.catalog.shards), -(-block // avg_shard_samples) + 1)
+        need = spanned * self.cfg.num_canonical_nodes * self.catalog.max_footprint
+        assert self.cfg.cache_limit is not None
+        if self.cfg.cache_limit < need:
+            warnings.warn(
+                f"cache_limit={self.cfg.cache_limit} bytes holds fewer shards than one shuffle "
+                f"block reads at once (about {spanned} x {self.cfg.num_canonical_nodes} canonical "
+                f"node(s) x {self.catalog.max_footprint} bytes = {need}): shards will be fetched "
+                "again and again; raise cache_limit or lower shuffle_block_size",
+                stacklevel=3,
+            )
 
     # -- properties the reference exposes -----------------------------------------------------
     @property
@@ -295,8 +317,16 @@ class StreamingCore:
         self._pinned = None
 
     def __repr__(self) -> str:
-        where = ", ".join(s.remote or s.local for s in self.catalog.sources)
+        where = ", ".join(_redact(s.remote or s.local) for s in self.catalog.sources)
         return (
             f"{type(self).__name__}({where}: {self.catalog.num_samples} samples in "
             f"{len(self.catalog.shards)} shards, pid {os.getpid()})"
         )
+
+
+def _redact(url: str) -> str:
+    """``scheme://user:secret@host`` -> ``scheme://***@host``."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest.split("/", 1)[0]:
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url

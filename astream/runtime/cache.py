@@ -194,7 +194,9 @@ class CacheSpace:
         """Make room for ``need`` bytes and call ``materialize`` (which creates the files that
         hold them) while no other process can take the same room.
 
-        Returns False if ``block`` is false and the room is not free without waiting.
+        Returns False if ``block`` is false and the room is not free without waiting. A
+        non-blocking reservation (a prefetch) also never evicts: it takes free room only, so
+        reading ahead cannot push out shards a consumer is about to read.
         """
         if self.limit is None:
             materialize()
@@ -207,7 +209,7 @@ class CacheSpace:
         loop = asyncio.get_running_loop()
         while True:
             verdict, wait_on = await loop.run_in_executor(
-                _waiters, self._try_reserve, need, materialize
+                _waiters, self._try_reserve, need, materialize, block
             )
             if verdict:
                 return True
@@ -223,7 +225,9 @@ class CacheSpace:
             await lk.exclusive_async()  # the kernel wakes us when its holder lets go
             lk.release()
 
-    def _try_reserve(self, need: int, materialize: Callable[[], None]) -> tuple[bool, str | None]:
+    def _try_reserve(
+        self, need: int, materialize: Callable[[], None], evict: bool = True
+    ) -> tuple[bool, str | None]:
         assert self.limit is not None
         held = self._lock_all()
         try:
@@ -231,7 +235,7 @@ class CacheSpace:
             if scan.usage + need > self.limit:
                 scan.usage -= self._clean_stale_tmps(scan.tmps)
             wait_on: str | None = None
-            if scan.usage + need > self.limit:
+            if evict and scan.usage + need > self.limit:
                 freed, wait_on = self._evict(scan, scan.usage + need - self.limit)
                 scan.usage -= freed
             if scan.usage + need > self.limit:

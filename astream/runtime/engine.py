@@ -13,8 +13,10 @@ no thread is added, the decode is the same code, and so is the order.
 
 Random access (``get``): a shard already in the cache is read from the map; an uncompressed
 shard that is not is read with two ranged GETs -- its header (then remembered) and exactly the
-sample's bytes -- so one sample never costs a shard download; a compressed shard is fetched
-whole through the cache, since its samples cannot be addressed inside the compressed bytes.
+sample's bytes -- so one sample never costs a shard download; after ``PROMOTE_AFTER`` such
+reads in one shard, the shard is fetched whole in the background and later reads are local. A
+compressed shard is fetched whole through the cache, since its samples cannot be addressed
+inside the compressed bytes.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from astream.runtime.stats import Stats, Stopwatch
 from astream.runtime.stores import StorePool
 
 __all__ = ["Engine"]
+
+PROMOTE_AFTER = 4  # range reads in one shard before it is fetched whole in the background
 
 Batches = Iterator[np.ndarray[Any, np.dtype[np.int64]]]
 
@@ -253,6 +257,29 @@ class Engine:
         data = await store.get_range(shard.raw_key, offsets[li], offsets[li + 1])
         stats.range_requests += 1
         stats.bytes_fetched += len(data)
+        self._maybe_promote(parts, s)
         opener: ShardOpener = parts["random"]
         stats.samples += 1
         return opener.decoder(s).decode(memoryview(data))
+
+    def _maybe_promote(self, parts: dict[str, Any], s: int) -> None:
+        """After ``PROMOTE_AFTER`` range reads in one shard, fetch the whole shard in the
+        background (only if the cache has room without evicting anything pinned): a shard read
+        that often is cheaper to hold than to keep asking for, one GET at a time."""
+        hits: dict[int, int] = parts.setdefault("range_hits", {})
+        n = hits.get(s, 0) + 1
+        hits[s] = n
+        if n == PROMOTE_AFTER:
+            tasks: set[asyncio.Task[bool]] = parts.setdefault("promotions", set())
+            task = asyncio.get_running_loop().create_task(self.download(s, False))
+            tasks.add(task)
+            task.add_done_callback(_forget_promotion(tasks))
+
+
+def _forget_promotion(tasks: set[asyncio.Task[bool]]) -> Any:
+    def done(task: asyncio.Task[bool]) -> None:
+        tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # a failed background fetch only means the next read is a range
+
+    return done

@@ -1,9 +1,14 @@
-"""One ObjectStore per (event loop, root URL), made on demand.
+"""One ObjectStore per (event loop, root URL, settings), shared by every dataset of a process.
 
 Stores open their HTTP sessions lazily inside the loop that first uses them and must not be
-shared across loops or across ``fork``. The pool is keyed by the running loop (weakly), so a
-DataLoader worker -- a forked child with its own astream loop -- or a user's own asyncio loop
-(``ds.aiter()``) each get fresh stores, and a dead loop's stores are forgotten with it.
+shared across loops or across ``fork``. Stores are therefore kept per running loop (weakly, so
+a dead loop's stores go with it): a DataLoader worker -- a forked child with its own astream
+loop -- or a user's own asyncio loop (``ds.aiter()``) each get fresh ones.
+
+Within one loop, every dataset that reaches the same root with the same retry policy and
+options shares one store: an SDK client costs megabytes and a connection pool, and a job that
+builds datasets repeatedly (one per epoch, per evaluation) must not grow by one client each
+time. Stores of the astream loop are closed when it shuts down.
 """
 
 from __future__ import annotations
@@ -17,6 +22,11 @@ from astream.storage import ObjectStore, RetryPolicy, open_store
 
 __all__ = ["StorePool"]
 
+_Key = tuple[str, RetryPolicy, str]
+_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_Key, ObjectStore]] = (
+    weakref.WeakKeyDictionary()
+)
+
 
 class StorePool:
     """Picklable factory of per-loop stores with one retry policy and one set of options."""
@@ -24,41 +34,43 @@ class StorePool:
     def __init__(self, retry: RetryPolicy, options: dict[str, Any] | None = None) -> None:
         self.retry = retry
         self.options = dict(options or {})
-        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"retry": self.retry, "options": self.options}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["retry"], state["options"])  # type: ignore[misc]
+        self._opts_key = repr(sorted(self.options.items()))
 
     def get(self, url: str) -> ObjectStore:
         """The store for ``url`` on the running loop."""
         loop = asyncio.get_running_loop()
-        stores = self._by_loop.get(loop)
+        stores = _by_loop.get(loop)
         if stores is None:
             stores = {}
-            self._by_loop[loop] = stores
+            _by_loop[loop] = stores
             if bridge.in_loop_thread():
-                bridge.add_finalizer(self.aclose_loop)
-        store = stores.get(url)
+                bridge.add_finalizer(_close_loop_stores)
+        key = (url, self.retry, self._opts_key)
+        store = stores.get(key)
         if store is None:
             store = open_store(url, retry=self.retry, **self.options)
-            stores[url] = store
-        return store  # type: ignore[no-any-return]
+            stores[key] = store
+        return store
 
     def retries(self) -> int:
-        """Transient failures retried by this process's stores, on every loop."""
+        """Transient failures retried by the stores this pool's settings reach, every loop.
+
+        Stores are shared between datasets with the same remote and settings, so so are their
+        counts.
+        """
         return sum(
             int(getattr(store, "retries", 0))
-            for stores in list(self._by_loop.values())
-            for store in list(stores.values())
+            for stores in list(_by_loop.values())
+            for key, store in list(stores.items())
+            if key[1] == self.retry and key[2] == self._opts_key
         )
 
     async def aclose_loop(self) -> None:
-        """Close the stores of the running loop."""
-        stores = self._by_loop.pop(asyncio.get_running_loop(), None) or {}
-        for store in stores.values():
-            await store.aclose()
+        """Close the stores of the running loop (every dataset's: they are shared)."""
+        await _close_loop_stores()
+
+
+async def _close_loop_stores() -> None:
+    stores = _by_loop.pop(asyncio.get_running_loop(), None) or {}
+    for store in stores.values():
+        await store.aclose()

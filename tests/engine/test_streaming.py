@@ -129,3 +129,16 @@ def test_local_only_compressed_dataset_keeps_its_compressed_files(tmp_path: Any)
     assert sorted(n for n in os.listdir(path) if n.endswith(".zstd")) == zips  # sources kept
     assert ds.cache_usage() <= used_by_zips + 2 * raw_max
     assert ds.engine.space.evictions > 0
+
+
+def test_a_cache_smaller_than_a_shuffle_block_is_warned_about(local_dataset: Any) -> None:
+    path = local_dataset[0]
+    one = max(e.raw_data.bytes for e in StreamingDataset(local=path).shards)
+    with pytest.warns(UserWarning, match="holds fewer shards than one shuffle block reads"):
+        StreamingDataset(local=path, batch_size=8, shuffle=True, cache_limit=2 * one)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        StreamingDataset(local=path, batch_size=8, shuffle=True, cache_limit=200 * one)
+        StreamingDataset(local=path, batch_size=8, shuffle=False, cache_limit=2 * one)

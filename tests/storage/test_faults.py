@@ -138,10 +138,12 @@ async def test_persistent_fault_fails_within_deadline(
     remote_target: Target, make_proxy: Callable[..., FaultProxy]
 ) -> None:
     await seed(remote_target, "d.bin", b"abc")
-    proxy = make_proxy(remote_target.upstream, reset_rate=1.0)
+    proxy = make_proxy(remote_target.upstream)
     policy = RetryPolicy(attempts=1000, timeout=5, deadline=1.0, backoff_base=0.05)
     store = remote_target.open(retry=policy, proxy=proxy)
     try:
+        await store.head("d.bin")  # warm: SDK client created (not what the deadline measures)
+        proxy.configure(reset_rate=1.0)
         t0 = time.monotonic()
         with pytest.raises(StorageTimeoutError) as ei:
             await store.get_range("d.bin")
