@@ -174,6 +174,20 @@ def _fixed_reader(enc: str, size: int) -> Callable[[memoryview, int], Any] | Non
     return None
 
 
+# encoding -> (struct code, numpy scalar type or None for a plain Python int)
+_INT_CODES: dict[str, tuple[str, Any]] = {
+    "int": ("q", None),
+    **{
+        f"{'u' if u else ''}int{8 * n}": (
+            c.upper() if u else c,
+            np.dtype(f"{'u' if u else 'i'}{n}").type,
+        )
+        for n, c in ((1, "b"), (2, "h"), (4, "i"), (8, "q"))
+        for u in (False, True)
+    },
+}
+
+
 class SampleDecoder:
     """Decode MDS samples of one shard layout into dicts; cache one per shard entry.
 
@@ -203,17 +217,33 @@ class SampleDecoder:
         fixed = 4 * nvar + sum(c[2] for c in cols if c[2] is not None)
         lines = ["def decode(mv):"]
         lv = [f"l{i}" for i in range(nvar)]
-        if nvar:
-            lines.append(f"    {', '.join(lv)}, = _lens(mv, 0)")
+        # The leading integer columns sit at constant offsets right after the u32 lengths:
+        # one struct unpack reads the lengths and all of them at once.
+        head = 0
+        while head < len(cols) and cols[head][1] in _INT_CODES:
+            head += 1
+        fmt = "<" + "I" * nvar + "".join(_INT_CODES[cols[i][1]][0] for i in range(head))
+        ns["_head"] = struct.Struct(fmt).unpack_from
+        got = [*lv, *(f"h{i}" for i in range(head))]
+        if got:
+            lines.append(f"    {', '.join(got)}, = _head(mv, 0)")
         total = " + ".join([str(fixed), *lv])
         lines.append(f"    if len(mv) != {total}:")
         lines.append(f"        _fail(mv, {total}, None, None)")
         lines.append("    try:")
-        pos = str(4 * nvar)
+        pos = str(struct.calcsize(fmt))
         vi = 0
         for i, (name, enc, size) in enumerate(cols):
             ns[f"k{i}"] = name
             lines.append(f"        c = {i}")
+            if i < head:
+                scalar = _INT_CODES[enc][1]
+                if scalar is None:
+                    lines.append(f"        v{i} = h{i}")
+                else:
+                    ns[f"t{i}"] = scalar
+                    lines.append(f"        v{i} = t{i}(h{i})")
+                continue
             at = _fixed_reader(enc, size) if size is not None else None
             if at is not None:
                 assert size is not None
