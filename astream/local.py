@@ -29,7 +29,7 @@ from astream.core.compression import decompress
 from astream.core.index import INDEX_BASENAME, FileInfo, ShardEntry, parse_index
 from astream.core.shard import SampleDecoder, ShardView
 from astream.core.splitformats import SplitShardView
-from astream.errors import ConfigError, ObjectNotFoundError
+from astream.errors import ConfigError, FormatError, ObjectNotFoundError
 
 __all__ = ["LocalDataset"]
 
@@ -99,7 +99,14 @@ class LocalDataset:
             with open(path, "rb") as f:
                 return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         if zip_ is None:
-            raise ObjectNotFoundError("shard file missing or of the wrong size", path)
+            if os.path.isfile(path):
+                size = os.path.getsize(path)
+                raise FormatError(
+                    f"shard is {size} bytes, index says {raw.bytes}"
+                    + (" (truncated)" if size < raw.bytes else ""),
+                    path,
+                )
+            raise ObjectNotFoundError("shard file missing", path)
         zpath = self._path(zip_)
         try:
             with open(zpath, "rb") as f:

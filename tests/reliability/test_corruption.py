@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from astream import LocalDataset, StreamingDataset
-from astream.errors import FormatError, IntegrityError, ObjectNotFoundError
+from astream.errors import FormatError, IntegrityError
 from astream.storage.sync import upload
 
 from .conftest import MakeProxy, check_samples, shard_names, write_ds
@@ -114,8 +114,10 @@ def test_truncated_local_only_shard_is_a_format_error(tmp_path: Any) -> None:
         FormatError, match=rf"{victim}: shard is {full - 100} bytes, index says {full}"
     ):
         list(StreamingDataset(local=src, batch_size=8))
-    # LocalDataset (astream/local.py) reports the same file as "missing or of the wrong size"
-    with pytest.raises(ObjectNotFoundError, match=r"shard file missing or of the wrong size"):
+    with pytest.raises(
+        FormatError,
+        match=rf"{victim}: shard is {full - 100} bytes, index says {full} \(truncated\)",
+    ):
         LocalDataset(src)[0]
 
 
