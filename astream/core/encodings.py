@@ -53,6 +53,12 @@ _CODE_DTYPES = {code: np.dtype(name) for name, code in NDARRAY_DTYPE_CODES.items
 _SHAPE_DTYPES = (np.dtype("<u1"), np.dtype("<u2"), np.dtype("<u4"), np.dtype("<u8"))
 
 
+_U8_AT = struct.Struct("<B").unpack_from
+_U16_AT = struct.Struct("<H").unpack_from
+_U32_AT = struct.Struct("<I").unpack_from
+_U64_AT = struct.Struct("<Q").unpack_from
+
+
 @cache
 def _shape_struct(ndim: int, width: int) -> struct.Struct:
     """Unpacks ``ndim`` shape entries of 1/2/4/8 bytes (``width`` 0..3), little-endian."""
@@ -211,6 +217,21 @@ def _ndarray(config: str, text: str) -> Coder:
 
         return Coder(text, size, enc, dec_fixed)
 
+    if dtype is not None and shape is None:
+        known, item = dtype, dtype.itemsize
+        one_dim = {4: (2, _U8_AT), 5: (3, _U16_AT), 6: (5, _U32_AT), 7: (9, _U64_AT)}
+
+        def dec_1d(mv: memoryview) -> Any:
+            """``ndarray:DTYPE`` fast path: a 1-D shape header is read with one unpack."""
+            fast = one_dim.get(mv[0])
+            if fast is None:
+                return dec(mv)
+            pos, at = fast
+            (count,) = at(mv, 1)
+            if count == 0 or count * item != len(mv) - pos:
+                return dec(mv)  # let the general path raise its precise error
+            return np.frombuffer(mv, known, count, pos)
+
     def dec(mv: memoryview) -> Any:
         pos = 0
         dt = dtype
@@ -237,6 +258,8 @@ def _ndarray(config: str, text: str) -> Coder:
         arr = np.frombuffer(mv, dt, count, pos)
         return arr if len(shp) == 1 else arr.reshape(shp)
 
+    if dtype is not None and shape is None:
+        return Coder(text, size, enc, dec_1d)
     return Coder(text, size, enc, dec)
 
 

@@ -35,7 +35,7 @@ from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
 from astream.runtime.fetch import ShardFetcher
 from astream.runtime.prefetch import Lookahead, Prefetcher
-from astream.runtime.reader import OpenShard, ShardOpener, batch_groups, decode_batch
+from astream.runtime.reader import OpenShard, ShardOpener, decode_batch
 from astream.runtime.stats import Stats, Stopwatch
 from astream.runtime.stores import StorePool
 
@@ -142,8 +142,8 @@ class Engine:
             return h
 
         try:
-            for ids in la:
-                batch = decode_batch(ids, self.catalog, open_shard)
+            for groups, size in la:
+                batch = decode_batch(groups, size, open_shard)
                 stats.samples += len(batch)
                 if opener.pinning:
                     # Never hold a pin while suspended: the DataLoader may park this worker
@@ -188,9 +188,8 @@ class Engine:
             )
 
         try:
-            for ids in la:
-                groups = batch_groups(ids, self.catalog)
-                out: list[Any] = [None] * len(ids)
+            for groups, size in la:
+                out: list[Any] = [None] * size
                 for s, positions, locals_ in groups:
                     sample = (await open_shard(s)).sample
                     for j, li in zip(positions, locals_):

@@ -29,6 +29,7 @@ import numpy as np
 from astream.runtime import bridge
 from astream.runtime.catalog import Catalog
 from astream.runtime.fetch import is_complete
+from astream.runtime.reader import Groups, batch_groups
 
 __all__ = ["Lookahead", "Prefetcher"]
 
@@ -92,7 +93,7 @@ class Lookahead:
         self._catalog = catalog
         self._pf = prefetcher
         self._ahead = max(1, ahead)
-        self._queue: deque[np.ndarray[Any, np.dtype[np.int64]]] = deque()
+        self._queue: deque[tuple[Groups, int]] = deque()
         self._queued = 0
         self._done = False
         self._announced: set[int] = set()
@@ -104,18 +105,10 @@ class Lookahead:
             except StopIteration:
                 self._done = True
                 return
-            self._queue.append(ids)
+            groups = batch_groups(ids, self._catalog)
+            self._queue.append((groups, len(ids)))
             self._queued += len(ids)
-            if len(ids) == 0:
-                continue
-            shards = self._catalog.locate(ids)[0]
-            first = int(shards[0])
-            if first not in self._announced and (shards == first).all():
-                self._announced.add(first)
-                self._pf.want(first)
-                continue
-            _, idx = np.unique(shards, return_index=True)
-            for s in shards[np.sort(idx)].tolist():
+            for s, _, _ in groups:  # in order of first use: earliest deadline first
                 if s not in self._announced:
                     self._announced.add(s)
                     self._pf.want(s)
@@ -127,10 +120,11 @@ class Lookahead:
     def __iter__(self) -> Lookahead:
         return self
 
-    def __next__(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+    def __next__(self) -> tuple[Groups, int]:
+        """The next batch: its ids grouped by shard (see ``reader.batch_groups``), and its size."""
         self._fill()
         if not self._queue:
             raise StopIteration
-        ids = self._queue.popleft()
-        self._queued -= len(ids)
-        return ids
+        groups, size = self._queue.popleft()
+        self._queued -= size
+        return groups, size

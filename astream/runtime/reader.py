@@ -259,33 +259,39 @@ class ShardOpener:
         )
 
 
-def batch_groups(
-    ids: np.ndarray[Any, np.dtype[np.int64]], catalog: Catalog
-) -> list[tuple[int, list[int], list[int]]]:
-    """(shard, positions in the batch, indices in the shard) per shard, first appearance first."""
-    shard, local = catalog.locate(ids)
-    if not len(shard):
+Groups = list[tuple[int, list[int], list[int]]]
+
+
+def batch_groups(ids: np.ndarray[Any, np.dtype[np.int64]], catalog: Catalog) -> Groups:
+    """(shard, positions in the batch, indices in the shard) per shard, first appearance first.
+
+    Batches are small (tens to thousands of ids): one vectorised lookup, then plain lists.
+    """
+    shard_a, local_a = catalog.locate(ids)
+    shard: list[int] = shard_a.tolist()
+    local: list[int] = local_a.tolist()
+    if not shard:
         return []
-    s0 = int(shard[0])
-    if (shard == s0).all():
-        return [(s0, list(range(len(ids))), local.tolist())]
-    order = np.argsort(shard, kind="stable")
-    cuts = np.flatnonzero(np.diff(shard[order])) + 1
-    groups = np.split(order, cuts)
-    groups.sort(key=lambda g: int(g[0]))
-    return [(int(shard[g[0]]), g.tolist(), local[g].tolist()) for g in groups]
+    s0 = shard[0]
+    if shard.count(s0) == len(shard):
+        return [(s0, list(range(len(shard))), local)]
+    groups: dict[int, tuple[list[int], list[int]]] = {}
+    for j, (s, li) in enumerate(zip(shard, local)):
+        g = groups.get(s)
+        if g is None:
+            g = groups[s] = ([], [])
+        g[0].append(j)
+        g[1].append(li)
+    return [(s, g[0], g[1]) for s, g in groups.items()]  # dicts keep first-appearance order
 
 
 def decode_batch(
-    ids: np.ndarray[Any, np.dtype[np.int64]],
-    catalog: Catalog,
-    open_shard: Callable[[int], OpenShard],
+    groups: Groups, size: int, open_shard: Callable[[int], OpenShard]
 ) -> list[dict[str, Any]]:
-    """Decode one batch of global ids, in order, opening each shard once."""
-    groups = batch_groups(ids, catalog)
+    """Decode one batch (grouped by :func:`batch_groups`), in order, opening each shard once."""
     if len(groups) == 1:
         return open_shard(groups[0][0]).samples(groups[0][2])
-    out: list[Any] = [None] * len(ids)
+    out: list[Any] = [None] * size
     for s, positions, locals_ in groups:
         for j, x in zip(positions, open_shard(s).samples(locals_)):
             out[j] = x
