@@ -86,7 +86,7 @@ class ShardFetcher:
 
     async def download(self, shard: RemoteShard, *, block: bool = True) -> bool:
         """Make the shard's raw file present. False only if ``block`` is false and the cache
-        has no room without waiting."""
+        has no room without waiting, or another process is fetching the shard already."""
         files = shard.files
         if is_complete(files.raw_path, files.raw_size):
             return True
@@ -110,7 +110,14 @@ class ShardFetcher:
             )
         _check_inside(files)
         dl = FileLock(files.download_lock)
-        await dl.exclusive_async()
+        if not block:
+            # A prefetch never queues behind another process's download of the same shard
+            # (workers of a rank read the same region): it moves on to the next shard, and
+            # whoever needs this one later waits for that download then.
+            if not dl.try_exclusive():
+                return False
+        else:
+            await dl.exclusive_async()
         try:
             if is_complete(files.raw_path, files.raw_size):
                 return True  # another process fetched it while we waited

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 The sample order is known in advance, so the consumer reads its own future: a :class:`Lookahead`
-pulls planned batches from the plan ``ahead`` samples before they are decoded and tells the
+pulls planned batches from the plan up to ``ahead`` samples before they are decoded (the window
+opens gradually: twice what was consumed so far) and tells the
 :class:`Prefetcher` about every shard they touch, in order of first use. The prefetcher starts
 at most ``concurrency`` downloads at a time; a semaphore wakes waiters first-in first-out, so
 downloads start in deadline order (earliest needed first).
@@ -95,11 +96,16 @@ class Lookahead:
         self._ahead = max(1, ahead)
         self._queue: deque[tuple[Groups, int]] = deque()
         self._queued = 0
+        self._consumed = 0
+        self._start_window = min(self._ahead, 256)
         self._done = False
         self._announced: set[int] = set()
 
     def _fill(self) -> None:
-        while not self._done and self._queued < self._ahead:
+        # The window opens gradually (twice what has been consumed, up to ``ahead``): the first
+        # batch never waits for a long plan walk, and a hot cache never pays for one at all.
+        target = min(self._ahead, max(self._start_window, 2 * self._consumed))
+        while not self._done and self._queued < target:
             try:
                 ids = next(self._src)
             except StopIteration:
@@ -127,4 +133,5 @@ class Lookahead:
             raise StopIteration
         groups, size = self._queue.popleft()
         self._queued -= size
+        self._consumed += size
         return groups, size
