@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from astream.errors import CacheError
-from astream.runtime.locks import FileLock, _waiters, lock_path
+from astream.runtime.locks import FileLock, lock_path, waiters
 
 __all__ = ["CacheSpace", "ShardFiles", "TMP_MARK"]
 
@@ -179,7 +179,7 @@ class CacheSpace:
         if self.limit is None:
             fn()
             return
-        await asyncio.get_running_loop().run_in_executor(_waiters, self._locked, fn)
+        await asyncio.get_running_loop().run_in_executor(waiters(), self._locked, fn)
 
     def _locked(self, fn: Callable[[], None]) -> None:
         held = self._lock_all()
@@ -209,7 +209,7 @@ class CacheSpace:
         loop = asyncio.get_running_loop()
         while True:
             verdict, wait_on = await loop.run_in_executor(
-                _waiters, self._try_reserve, need, materialize, block
+                waiters(), self._try_reserve, need, materialize, block
             )
             if verdict:
                 return True

@@ -21,9 +21,28 @@ import concurrent.futures
 import fcntl
 import os
 
-__all__ = ["FileLock", "lock_dir", "lock_path"]
+__all__ = ["FileLock", "lock_dir", "lock_path", "waiters"]
 
-_waiters = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="astream-lock")
+_pool: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+
+
+def waiters() -> concurrent.futures.ThreadPoolExecutor:
+    """This process's pool for blocking lock waits and cache-lock sections.
+
+    Made per pid: a forked child (a DataLoader worker) inherits the parent's executor object but
+    none of its threads, and an inherited idle count would make it queue work for a thread that
+    does not exist -- a hang on the first lock wait.
+    """
+    global _pool
+    pid = os.getpid()
+    if _pool is None or _pool[0] != pid:
+        _pool = (
+            pid,
+            concurrent.futures.ThreadPoolExecutor(
+                max_workers=32, thread_name_prefix="astream-lock"
+            ),
+        )
+    return _pool[1]
 
 
 def lock_dir(root: str) -> str:
@@ -93,7 +112,7 @@ class FileLock:
         """
         if self.try_exclusive():
             return
-        fut = asyncio.get_running_loop().run_in_executor(_waiters, self._blocking_open_ex)
+        fut = asyncio.get_running_loop().run_in_executor(waiters(), self._blocking_open_ex)
         try:
             fd = await asyncio.shield(fut)
         except asyncio.CancelledError:

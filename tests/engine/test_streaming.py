@@ -142,3 +142,30 @@ def test_a_cache_smaller_than_a_shuffle_block_is_warned_about(local_dataset: Any
         warnings.simplefilter("error")
         StreamingDataset(local=path, batch_size=8, shuffle=True, cache_limit=200 * one)
         StreamingDataset(local=path, batch_size=8, shuffle=False, cache_limit=2 * one)
+
+
+def _submit_in_child(q: Any) -> None:
+    from astream.runtime.locks import waiters
+
+    try:
+        q.put(waiters().submit(lambda: 42).result(timeout=10))
+    except Exception as exc:  # pragma: no cover - reported to the parent
+        q.put(repr(exc))
+
+
+def test_lock_wait_pool_works_in_a_forked_child() -> None:
+    """A DataLoader worker is a fork: the pool of the parent (with an idle thread) must not be
+    reused there, or the first lock wait queues for a thread that does not exist."""
+    import multiprocessing
+
+    from astream.runtime.locks import waiters
+
+    assert waiters().submit(lambda: 1).result() == 1  # the parent's pool now has an idle thread
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_submit_in_child, args=(q,))
+    p.start()
+    try:
+        assert q.get(timeout=30) == 42
+    finally:
+        p.join(10)
