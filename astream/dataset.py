@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from astream.core.state import LoaderState
+from astream.errors import CacheError
 from astream.placement import detect
 from astream.runtime.catalog import Catalog, check_hash_available
 from astream.runtime.config import DatasetConfig, resolve_sources
@@ -100,8 +102,6 @@ class StreamingCore:
         if cfg.validate_hash is not None:
             check_hash_available(self.catalog, cfg.validate_hash)
         if cfg.cache_limit is not None and cfg.cache_limit < self.catalog.max_footprint:
-            from astream.errors import CacheError
-
             raise CacheError(
                 f"cache_limit={cfg.cache_limit} bytes is smaller than the largest shard "
                 f"({self.catalog.max_footprint} bytes raw + compressed): nothing could be read"
@@ -282,38 +282,32 @@ class StreamingCore:
     # -- checkpoints ---------------------------------------------------------------------------
     def state_dict(self, num_samples: int, from_beginning: bool) -> dict[str, Any]:
         """Where the job is: ``num_samples`` consumed by all ranks together, counted from the
-        start of the epoch (``from_beginning``) or from where this iteration resumed."""
+        start of the epoch (``from_beginning``) or from where this iteration resumed. Keys are
+        the reference's (:class:`~astream.core.state.LoaderState`)."""
         epoch, start = self._pinned or self._current
         pos = int(num_samples) if from_beginning else start + int(num_samples)
-        place = detect(self.cfg.replication)
-        return {
-            "epoch": epoch,
-            "sample_in_epoch": pos,
-            "num_canonical_nodes": self.cfg.num_canonical_nodes,
-            "shuffle_seed": self.cfg.shuffle_seed,
-            "initial_physical_nodes": place.world.num_nodes,
-            "astream_state_version": 1,
-        }
+        world = detect(self.cfg.replication).world
+        return LoaderState(
+            epoch=epoch,
+            sample_in_epoch=pos,
+            shuffle_seed=self.cfg.shuffle_seed,
+            num_canonical_nodes=self.cfg.num_canonical_nodes,
+            initial_physical_nodes=world.num_nodes,
+            initial_ranks_per_node=world.ranks_per_node,
+        ).to_dict()
 
     def load_state_dict(self, obj: dict[str, Any]) -> None:
-        """Resume at ``obj`` on the next iteration, on this or any other World."""
-        from astream.errors import ConfigError
-
-        try:
-            epoch = int(obj["epoch"])
-            pos = int(obj["sample_in_epoch"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"load_state_dict: bad state {obj!r} ({exc})") from None
-        if epoch < 0 or pos < 0:
-            raise ConfigError(f"load_state_dict: negative epoch/sample_in_epoch in {obj!r}")
+        """Resume at ``obj`` (ours, or the reference's ``state_dict``) on the next iteration,
+        on this or any other World."""
+        state = LoaderState.from_dict(obj)
         changes: dict[str, Any] = {}
         for key in ("num_canonical_nodes", "shuffle_seed"):
-            if obj.get(key) is not None and obj[key] != getattr(self.cfg, key):
-                changes[key] = int(obj[key])
+            if getattr(state, key) != getattr(self.cfg, key):
+                changes[key] = getattr(state, key)
         if changes:
             self.cfg = self.cfg.replace(**changes)
             self._plans.clear()
-        self._resume = (epoch, pos)
+        self._resume = (state.epoch, state.sample_in_epoch)
         self._pinned = None
 
     def __repr__(self) -> str:
