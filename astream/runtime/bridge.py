@@ -151,4 +151,11 @@ def shutdown() -> None:
         cur.stop()
 
 
+def _after_fork_in_child() -> None:
+    # The lock may have been held by another thread at the instant of the fork.
+    global _lock
+    _lock = threading.Lock()
+
+
 atexit.register(shutdown)
+os.register_at_fork(after_in_child=_after_fork_in_child)
