@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from astream.core.order import StreamSpec, plan_epoch
+from astream.core.order import EpochPlan, StreamSpec, plan_epoch
 from astream.core.quality import (
     displacement_score,
     index_order_score,
@@ -77,21 +77,25 @@ np.save(sys.argv[2], ids[ids >= 0])
 """
 
 
+def _scale_plan(sizes: np.ndarray, block: int | None) -> EpochPlan:
+    return plan_epoch(
+        [StreamSpec(sizes)],
+        seed=17,
+        epoch=3,
+        num_canonical_nodes=8,
+        batch_size=32,
+        shuffle=True,
+        shuffle_block_size=block,
+    )
+
+
 def bench_scale(block: int | None) -> dict[str, float]:
     sizes = np.full(250_000, 4000, np.int64)
     world, rng = World(8, 8, 8), np.random.default_rng(0)
     builds = []
     for _ in range(3):
         t = time.perf_counter()
-        plan = plan_epoch(
-            [StreamSpec(sizes)],
-            seed=17,
-            epoch=3,
-            num_canonical_nodes=8,
-            batch_size=32,
-            shuffle=True,
-            shuffle_block_size=block,
-        )
+        plan = _scale_plan(sizes, block)
         builds.append(time.perf_counter() - t)
     gb = 32 * world.num_ranks
     firsts = []
@@ -99,15 +103,7 @@ def bench_scale(block: int | None) -> dict[str, float]:
     for _ in range(7):
         start = int(rng.integers(0, plan.num_samples // 2)) // gb * gb
         rank, worker = int(rng.integers(64)), int(rng.integers(8))
-        fresh = plan_epoch(
-            [StreamSpec(sizes)],
-            seed=17,
-            epoch=3,
-            num_canonical_nodes=8,
-            batch_size=32,
-            shuffle=True,
-            shuffle_block_size=block,
-        )
+        fresh = _scale_plan(sizes, block)
         t = time.perf_counter()
         got = 0
         for batch in fresh.worker_batches(world, rank, worker, start):

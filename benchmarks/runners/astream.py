@@ -8,13 +8,12 @@ Endpoint for cold scenarios: the S3 endpoint environment (``S3_ENDPOINT_URL`` /
 from __future__ import annotations
 
 import importlib
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.collate import collate
-from benchmarks.runners.common import Adapter, NotBuilt, main
+from benchmarks.runners.common import Adapter, NotBuilt, main, write_synthetic_index
 from benchmarks.workloads import WORKLOADS, Source, mds_columns
 
 
@@ -57,15 +56,7 @@ class Astream(Adapter):
     def scale(self, spec: dict[str, Any]) -> dict[str, float]:
         ds_cls = _api("astream.torch.dataset", "StreamingDataset")
         detect = _api("astream.placement", "detect")
-        root = Path(spec["out"])
-        root.mkdir(parents=True, exist_ok=True)
-        n_shards, per_shard = spec["shards"], spec["per_shard"]
-        template = json.loads((Path(spec["template"]) / "index.json").read_text())["shards"][0]
-        shards = []
-        for i in range(n_shards):
-            raw = {**template["raw_data"], "basename": f"shard.{i:06d}.mds"}
-            shards.append({**template, "samples": per_shard, "raw_data": raw, "zip_data": None})
-        (root / "index.json").write_text(json.dumps({"shards": shards, "version": 2}))
+        root = write_synthetic_index(spec)
         t0 = time.perf_counter()
         ds = ds_cls(local=str(root), shuffle=True, shuffle_seed=spec["seed"], batch_size=32)
         total = len(ds)

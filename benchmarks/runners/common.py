@@ -205,3 +205,17 @@ def main(make_adapter: Callable[[], Adapter]) -> None:
         traceback.print_exc()
         result = {"status": "error", "reason": f"{type(e).__name__}: {e}"}
     print("RESULT " + json.dumps(result), flush=True)
+
+
+def write_synthetic_index(spec: dict[str, Any]) -> Path:
+    """An index-only dataset for the scale scenario: ``spec["shards"]`` copies of the first
+    shard entry of ``spec["template"]``, each with ``spec["per_shard"]`` samples (no data)."""
+    root = Path(spec["out"])
+    root.mkdir(parents=True, exist_ok=True)
+    template = json.loads((Path(spec["template"]) / "index.json").read_text())["shards"][0]
+    shards = []
+    for i in range(spec["shards"]):
+        raw = {**template["raw_data"], "basename": f"shard.{i:06d}.mds"}
+        shards.append({**template, "samples": spec["per_shard"], "raw_data": raw, "zip_data": None})
+    (root / "index.json").write_text(json.dumps({"shards": shards, "version": 2}))
+    return root

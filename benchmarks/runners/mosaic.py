@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.collate import collate
-from benchmarks.runners.common import Adapter, main
+from benchmarks.runners.common import Adapter, main, write_synthetic_index
 from benchmarks.workloads import WORKLOADS, Source, mds_columns
 
 
@@ -48,15 +47,7 @@ class Mosaic(Adapter):
         from streaming.base.batching import generate_work  # type: ignore[import-not-found]
         from streaming.base.world import World  # type: ignore[import-not-found]
 
-        root = Path(spec["out"])
-        root.mkdir(parents=True, exist_ok=True)
-        n_shards, per_shard = spec["shards"], spec["per_shard"]
-        template = json.loads((Path(spec["template"]) / "index.json").read_text())["shards"][0]
-        shards = []
-        for i in range(n_shards):
-            raw = {**template["raw_data"], "basename": f"shard.{i:06d}.mds"}
-            shards.append({**template, "samples": per_shard, "raw_data": raw, "zip_data": None})
-        (root / "index.json").write_text(json.dumps({"shards": shards, "version": 2}))
+        root = write_synthetic_index(spec)
         t0 = time.perf_counter()
         ds = self.st.StreamingDataset(
             local=str(root), shuffle=True, shuffle_seed=spec["seed"], batch_size=32
