@@ -1,5 +1,6 @@
-"""``astream verify``: re-read every shard file of a dataset, concurrently, and check its size
-and every hash index.json lists; exit 1 on any mismatch or missing file.
+"""``astream verify``: re-read every shard file of a dataset, concurrently, check its size and
+every hash index.json lists, then run the reader's structural checks on it and decode every
+sample; exit 1 on any problem (``--quick``: sizes and hashes only).
 
 Theory of operation
 -------------------
@@ -9,6 +10,15 @@ remote datasets -- and checked against its ``FileInfo`` (size, then each listed 
 compressed file is also decompressed and the result checked against the raw ``FileInfo``, so
 a shard whose index lists no zip hash is still verified end to end. Hashing and decompression
 run in worker threads, so reads of other shards go on meanwhile.
+
+Hashes only prove that the bytes are the ones the writer listed -- and many datasets list none.
+So, unless ``--quick``, a shard whose files passed those checks is then opened the way the
+reader opens it (``ShardView`` / ``SplitShardView``: the header's sample count against the
+index, offsets monotone, inside the file and ending at its size, the config JSON against the
+index) and every sample is decoded column by column. The first failure of a shard is reported
+as ``sample <i>: <what>``. Columns of unsafe encodings (``pkl``) are decoded only with
+``--allow-unsafe-types`` (unpickling runs code); otherwise their shards get the structural
+checks and a note says the columns were not decoded.
 """
 
 from __future__ import annotations
@@ -24,8 +34,11 @@ from typing import Any
 from astream.cli.common import human_bytes, is_local, join_split, local_path, read_index
 from astream.core.compression import decompress
 from astream.core.hashing import hexdigest
+from astream.core.encodings import UNSAFE_ENCODINGS
 from astream.core.index import FileInfo, Index, ShardEntry
-from astream.errors import AstreamError, ConfigError, ObjectNotFoundError
+from astream.core.shard import SampleDecoder, ShardView
+from astream.core.splitformats import SplitShardView
+from astream.errors import AstreamError, ConfigError, FormatError, ObjectNotFoundError
 
 __all__ = ["Problem", "add_parser", "run", "verify"]
 
@@ -37,11 +50,21 @@ class Problem:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("verify", help="re-hash every shard and report mismatches (exit 1)")
+    p = sub.add_parser(
+        "verify", help="re-hash and decode every shard and report problems (exit 1)"
+    )
     p.add_argument("url", help="dataset directory or remote URL")
     p.add_argument("--split", help="sub-directory of the dataset")
     p.add_argument("--concurrency", type=int, default=8, help="files read at once (default 8)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--quick", action="store_true", help="sizes and hashes only (no structure, no decoding)"
+    )
+    p.add_argument(
+        "--allow-unsafe-types",
+        action="store_true",
+        help="also decode pkl columns (unpickling runs code)",
+    )
     p.set_defaults(func=run)
 
 
@@ -56,15 +79,21 @@ def _check(data: bytes, info: FileInfo) -> list[str]:
     return bad
 
 
-def _check_file(data: bytes, stored: FileInfo, raw: FileInfo, compression: str | None) -> list[str]:
+def _check_file(
+    data: bytes, stored: FileInfo, raw: FileInfo, compression: str | None
+) -> tuple[list[str], bytes | None]:
+    """Problems of one stored file, and its plain (decompressed) bytes when it had none."""
     bad = _check(data, stored)
-    if bad or stored is raw:
-        return bad
+    if bad:
+        return bad, None
+    if stored is raw:
+        return [], data
     try:
         plain = decompress(compression, data, raw.bytes, stored.basename)
     except AstreamError as exc:
-        return [f"cannot decompress: {exc}"]
-    return [f"decompressed: {w}" for w in _check(plain, raw)]
+        return [f"cannot decompress: {exc}"], None
+    bad = [f"decompressed: {w}" for w in _check(plain, raw)]
+    return bad, (None if bad else plain)
 
 
 def _files(s: ShardEntry) -> list[tuple[FileInfo, FileInfo]]:
@@ -74,8 +103,62 @@ def _files(s: ShardEntry) -> list[tuple[FileInfo, FileInfo]]:
     return out
 
 
-async def verify(url: str, index: Index, concurrency: int) -> tuple[list[Problem], int, int]:
-    """Check every file; return (problems, files checked, bytes read)."""
+def _message(exc: FormatError) -> str:
+    msg = str(exc)
+    if exc.path is not None and msg.startswith(f"{exc.path}: "):
+        msg = msg[len(exc.path) + 2 :]
+    return msg
+
+
+def _unsafe(s: ShardEntry) -> bool:
+    return any(enc in UNSAFE_ENCODINGS for enc in s.column_encodings)
+
+
+def check_structure(
+    s: ShardEntry, data: bytes, meta: bytes | None, allow_unsafe_types: bool
+) -> str | None:
+    """The first structural or decoding problem of one shard's plain bytes, or None.
+
+    The same checks the reader makes when it opens a shard, then every sample decoded."""
+    name = s.raw_data.basename
+    i = -1
+    try:
+        if s.format == "mds":
+            view = ShardView(data, s, name)
+            try:
+                if _unsafe(s) and not allow_unsafe_types:
+                    return None  # structure checked; pkl columns are not decoded
+                decode = SampleDecoder(s, allow_unsafe_types, name).decode
+                for i in range(len(view)):
+                    decode(view.sample_bytes(i))
+            finally:
+                view.release()
+        else:
+            if meta is None:  # pragma: no cover - _files always lists the meta file
+                return "meta file not read"
+            split = SplitShardView(data, meta, s, name)
+            for i in range(len(split)):
+                split.sample(i)
+    except FormatError as exc:
+        msg = _message(exc)
+        if i >= 0 and not msg.startswith(f"sample {i}:"):
+            msg = f"sample {i}: {msg}"
+        return msg
+    except Exception as exc:  # a decoder raising anything else is a bad sample all the same
+        return f"sample {i}: cannot decode ({type(exc).__name__}: {exc})"
+    return None
+
+
+async def verify(
+    url: str,
+    index: Index,
+    concurrency: int,
+    *,
+    quick: bool = False,
+    allow_unsafe_types: bool = False,
+) -> tuple[list[Problem], int, int]:
+    """Check every file (and, unless ``quick``, every shard's structure and samples); return
+    (problems, files checked, bytes read)."""
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
     sem = asyncio.Semaphore(concurrency)
@@ -102,25 +185,41 @@ async def verify(url: str, index: Index, concurrency: int) -> tuple[list[Problem
         except FileNotFoundError:
             raise ObjectNotFoundError("missing", os.path.join(root, key)) from None
 
-    async def one(s: ShardEntry, stored: FileInfo, raw: FileInfo) -> None:
+    async def one(s: ShardEntry) -> None:
+        plain: list[bytes | None] = []
         async with sem:
-            try:
-                data = await read(stored.basename)
-            except ObjectNotFoundError:
-                problems.append(Problem(stored.basename, "missing"))
-                return
-            bad = await asyncio.to_thread(_check_file, data, stored, raw, s.compression)
-            totals[0] += 1
-            totals[1] += len(data)
-        problems.extend(Problem(stored.basename, w) for w in bad)
+            for stored, raw in _files(s):
+                try:
+                    data = await read(stored.basename)
+                except ObjectNotFoundError:
+                    problems.append(Problem(stored.basename, "missing"))
+                    plain.append(None)
+                    continue
+                bad, body = await asyncio.to_thread(_check_file, data, stored, raw, s.compression)
+                totals[0] += 1
+                totals[1] += len(data)
+                problems.extend(Problem(stored.basename, w) for w in bad)
+                plain.append(body)
+            if quick or any(b is None for b in plain):
+                return  # a file already failed: its structure adds nothing
+            data_b = plain[0]
+            assert data_b is not None
+            meta_b = plain[1] if len(plain) > 1 else None
+            what = await asyncio.to_thread(check_structure, s, data_b, meta_b, allow_unsafe_types)
+        if what is not None:
+            problems.append(Problem((s.zip_data or s.raw_data).basename, what))
 
     try:
-        await asyncio.gather(*(one(s, st, raw) for s in index.shards for st, raw in _files(s)))
+        await asyncio.gather(*(one(s) for s in index.shards))
     finally:
         if store is not None:
             await store.aclose()
     problems.sort(key=lambda p: p.file)
     return problems, totals[0], totals[1]
+
+
+def unsafe_shards(index: Index) -> list[str]:
+    return [s.raw_data.basename for s in index.shards if _unsafe(s)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,7 +228,15 @@ def run(args: argparse.Namespace) -> int:
     url = join_split(args.url, args.split)
     index = read_index(url)
     t0 = time.perf_counter()
-    problems, files, nbytes = bridge.run(verify(url, index, args.concurrency))
+    problems, files, nbytes = bridge.run(
+        verify(
+            url,
+            index,
+            args.concurrency,
+            quick=args.quick,
+            allow_unsafe_types=args.allow_unsafe_types,
+        )
+    )
     dt = time.perf_counter() - t0
     hashed = any(s.hashes for s in index.shards)
     if args.json:
@@ -139,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
             "files_checked": files,
             "bytes_read": nbytes,
             "hashes_listed": hashed,
+            "structure_checked": not args.quick,
             "ok": not problems,
             "problems": [{"file": p.file, "problem": p.what} for p in problems],
         }
@@ -152,5 +260,12 @@ def run(args: argparse.Namespace) -> int:
             f"in {dt:.2f} s: {verdict}"
         )
         if not hashed:
-            print("note: index.json lists no hashes; only sizes (and decompression) were checked")
+            what = "sizes (and decompression)" if args.quick else "sizes, structure and decoding"
+            print(f"note: index.json lists no hashes; only {what} were checked")
+        skipped = [] if args.quick or args.allow_unsafe_types else unsafe_shards(index)
+        if skipped:
+            print(
+                f"note: {len(skipped)} shard(s) have pkl columns, not decoded "
+                "(pass --allow-unsafe-types to decode them)"
+            )
     return 1 if problems else 0

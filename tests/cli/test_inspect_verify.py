@@ -142,8 +142,122 @@ def test_verify_without_hashes_says_so(cli, tmp_path):
     r = cli("verify", path)
     assert r.code == 0
     assert r.out.splitlines()[-1] == (
+        "note: index.json lists no hashes; only sizes, structure and decoding were checked"
+    )
+    r = cli("verify", path, "--quick")
+    assert r.code == 0
+    assert r.out.splitlines()[-1] == (
         "note: index.json lists no hashes; only sizes (and decompression) were checked"
     )
+
+
+def _patch(path: str, at: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(data)
+
+
+def _offsets(path: str) -> list[int]:
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:4], "little")
+    return [int.from_bytes(raw[4 + 4 * k : 8 + 4 * k], "little") for k in range(n + 1)]
+
+
+def test_verify_without_hashes_finds_a_flipped_header_byte(cli, tmp_path):
+    # no hashes listed: before, "all files match" and exit 0 for a dataset that cannot be read
+    path = str(tmp_path / "nh")
+    _write(path)
+    victim = os.path.join(path, "shard.00001.mds")
+    off = _offsets(victim)
+    # offset of sample 5 grows past sample 6's: the reader raises FormatError on this shard
+    _patch(victim, 4 + 4 * 5, (off[6] + 1).to_bytes(4, "little"))
+    r = cli("verify", path)
+    assert r.code == 1
+    assert (
+        f"MISMATCH shard.00001.mds: sample offsets out of order at sample 5: {off[6] + 1} > "
+        f"{off[6]}" in r.out.splitlines()
+    )
+    assert r.out.splitlines()[-2].endswith(": 1 problem(s)")
+    # --quick checks sizes and hashes only, and says so
+    assert cli("verify", path, "--quick").code == 0
+    # reading it fails the same way
+    from astream.errors import FormatError
+    from astream.local import LocalDataset
+
+    with pytest.raises(FormatError, match="sample offsets out of order at sample 5"):
+        LocalDataset(path)[_index(path)["shards"][0]["samples"] + 5]
+
+
+def test_verify_structure_problems_name_file_and_sample(cli, tmp_path):
+    path = str(tmp_path / "nh")
+    _write(path)
+    victim = os.path.join(path, "shard.00002.mds")
+    off = _offsets(victim)
+    n = len(off) - 1
+    with open(victim, "rb") as f:
+        raw = bytearray(f.read())
+    # sample 3's text column "tNN" is the last bytes of the sample: make it invalid UTF-8
+    raw[off[4] - 1] = 0xFF
+    with open(victim, "wb") as f:
+        f.write(raw)
+    r = cli("verify", path, "--json")
+    assert r.code == 1
+    [p] = r.json()["problems"]
+    assert p["file"] == "shard.00002.mds"
+    assert p["problem"].startswith("sample 3: column 'text': cannot decode value (")
+    assert r.json()["structure_checked"] is True
+    # header sample count against the index
+    raw[off[4] - 1] = ord("0")
+    raw[0:4] = (n + 1).to_bytes(4, "little")
+    with open(victim, "wb") as f:
+        f.write(raw)
+    r = cli("verify", path)
+    assert r.code == 1
+    assert f"MISMATCH shard.00002.mds: shard header says {n + 1} samples, index says {n}" in (
+        r.out.splitlines()
+    )
+    # the last offset pointing past the end of the file
+    raw[0:4] = n.to_bytes(4, "little")
+    raw[4 + 4 * n : 8 + 4 * n] = (off[n] + 7).to_bytes(4, "little")
+    with open(victim, "wb") as f:
+        f.write(raw)
+    r = cli("verify", path, "--json")
+    [p] = r.json()["problems"]
+    assert p == {
+        "file": "shard.00002.mds",
+        "problem": f"last sample offset {off[n] + 7} does not match file size {off[n]} "
+        "(truncated?)",
+    }
+    assert cli("verify", path, "--quick").code == 0
+
+
+def test_verify_decodes_compressed_shards_after_decompression(cli, tmp_path):
+    # sizes and hashes of the zstd file and of its decompressed bytes are consistent (the index
+    # is rewritten to match), but a sample inside does not decode
+    import zstandard
+
+    path = str(tmp_path / "z")
+    _write(path, compression="zstd")
+    idx = _index(path)
+    s = idx["shards"][1]
+    zname = s["zip_data"]["basename"]
+    with open(os.path.join(path, zname), "rb") as f:
+        plain = bytearray(zstandard.ZstdDecompressor().decompress(f.read()))
+    n = int.from_bytes(plain[:4], "little")
+    plain[0:4] = (n - 1).to_bytes(4, "little")
+    comp = zstandard.ZstdCompressor().compress(bytes(plain))
+    with open(os.path.join(path, zname), "wb") as f:
+        f.write(comp)
+    s["zip_data"]["bytes"] = len(comp)
+    with open(os.path.join(path, "index.json"), "w") as f:
+        json.dump(idx, f)
+    r = cli("verify", path, "--json")
+    assert r.code == 1
+    assert r.json()["problems"] == [
+        {"file": zname, "problem": f"shard header says {n - 1} samples, index says {n}"}
+    ]
+    assert cli("verify", path, "--quick").code == 0
 
 
 def test_verify_s3(cli, plain, s3_bucket, tmp_path):
@@ -173,13 +287,14 @@ def test_reference_written_datasets_verify_and_inspect(cli, name):
     # datasets written by mosaicml-streaming 0.13.0 (tests/golden): every format, compression,
     # merged sub-datasets, split formats with meta files
     path = os.path.join(GOLDEN, name)
-    r = cli("verify", path, "--json")
+    unsafe = ["--allow-unsafe-types"] if name == "encodings" else []
+    r = cli("verify", path, "--json", *unsafe)
     assert r.code == 0, r.out
+    assert r.json()["structure_checked"] is True
     with open(os.path.join(path, "index.json")) as f:
         shards = json.load(f)["shards"]
     want_files = sum(2 if "raw_meta" in s else 1 for s in shards)
     assert r.json()["files_checked"] == want_files and r.json()["problems"] == []
-    unsafe = ["--allow-unsafe-types"] if name == "encodings" else []
     info = cli("inspect", path, "--json", "--sample", "0", *unsafe).json()
     assert info["samples"] == sum(s["samples"] for s in shards)
     assert info["sample"]["index"] == 0
@@ -195,3 +310,10 @@ def test_inspect_refuses_pickle_unless_allowed(cli):
     )
     r = cli("inspect", path, "--sample", "0", "--allow-unsafe-types")
     assert r.code == 0 and "  obj_pkl: " in r.out
+    r = cli("verify", path)
+    assert r.code == 0
+    n = len(_index(path)["shards"])
+    assert r.out.splitlines()[-1] == (
+        f"note: {n} shard(s) have pkl columns, not decoded "
+        "(pass --allow-unsafe-types to decode them)"
+    )
