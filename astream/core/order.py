@@ -55,6 +55,7 @@ __all__ = [
     "DEFAULT_NUM_CANONICAL_NODES",
     "EpochPlan",
     "StreamSpec",
+    "check_options",
     "default_block_size",
     "plan_epoch",
 ]
@@ -104,6 +105,30 @@ def _check_streams(streams: list[StreamSpec]) -> list[I64]:
     if sum(int(a.sum()) for a in sizes) == 0:
         raise ConfigError("streams: the dataset is empty (every shard_sizes sums to 0)")
     return sizes
+
+
+PARTITION_ALGOS = ("relaxed",)
+
+
+def check_options(
+    *, shuffle_algo: str, sampling_method: str, batching_method: str, partition_algo: str
+) -> None:
+    """Refuse unknown or unsupported order options with a ConfigError naming the argument.
+
+    ``partition_algo``: astream has one elastic partition, whose semantics are those of the
+    reference's default ``"relaxed"`` (see docs/order.md); ``"orig"`` is refused.
+    """
+    _check_options(shuffle_algo, sampling_method, batching_method)
+    if partition_algo == "orig":
+        raise ConfigError(
+            "partition_algo='orig' is not supported: astream's partition is always elastic "
+            "(the 'relaxed' semantics: a resume may change num_nodes and the global order is "
+            "kept); use partition_algo='relaxed'"
+        )
+    if partition_algo not in PARTITION_ALGOS:
+        raise ConfigError(
+            f"partition_algo: unknown algorithm {partition_algo!r} (astream supports 'relaxed')"
+        )
 
 
 def _check_options(shuffle_algo: str, sampling_method: str, batching_method: str) -> None:
