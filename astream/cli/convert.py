@@ -55,12 +55,20 @@ def _init_worker(q: Any) -> None:
 
 
 def write_range(
-    src: Source, columns: dict[str, str], out: str, start: int, stop: int, opts: dict[str, Any]
+    src: Source,
+    columns: dict[str, str],
+    out: str,
+    start: int,
+    stop: int,
+    opts: dict[str, Any],
+    inferred_from: int | None = None,
 ) -> int:
-    """Write rows ``[start, stop)`` of ``src`` as one MDS dataset at ``out``."""
+    """Write rows ``[start, stop)`` of ``src`` as one MDS dataset at ``out``.
+
+    ``inferred_from``: the columns were inferred from that many rows (see ``coercer``)."""
     from astream.writer.mds import MDSWriter
 
-    convert = coercer(columns)
+    convert = coercer(columns, inferred_from=inferred_from)
     done = 0
     with MDSWriter(out=out, columns=columns, **opts) as w:
         for i, row in enumerate(src.rows(start, stop), start):
@@ -86,13 +94,15 @@ class _Direct:
         self.bar.update(k)
 
 
-def _columns(args: argparse.Namespace, src: Source) -> dict[str, str]:
+def _columns(args: argparse.Namespace, src: Source) -> tuple[dict[str, str], int | None]:
+    """The columns, and how many rows they were inferred from (None: given or fixed)."""
     if args.columns:
-        return parse_columns(args.columns)
+        return parse_columns(args.columns), None
     fixed = src.default_columns()
     if fixed is not None:
-        return fixed
-    return infer_columns(list(src.rows(0, _INFER_ROWS)), from_text=src.kind == "csv")
+        return fixed, None
+    rows = list(src.rows(0, _INFER_ROWS))
+    return infer_columns(rows, from_text=src.kind == "csv"), len(rows)
 
 
 def _prepare_out(out: str, workers: int, exist_ok: bool) -> None:
@@ -112,7 +122,12 @@ def _part(out: str, i: int) -> str:
 
 
 def _run_workers(
-    args: argparse.Namespace, src: Source, columns: dict[str, str], total: int, bar: Any
+    args: argparse.Namespace,
+    src: Source,
+    columns: dict[str, str],
+    total: int,
+    bar: Any,
+    inferred_from: int | None,
 ) -> None:
     from astream.writer.merge import merge_index
 
@@ -123,7 +138,16 @@ def _run_workers(
     opts = _writer_opts(args, exist_ok=True)
     with ProcessPoolExecutor(n, mp_context=ctx, initializer=_init_worker, initargs=(q,)) as ex:
         futs: list[Future[int]] = [
-            ex.submit(write_range, src, columns, _part(args.out, k), bounds[k], bounds[k + 1], opts)
+            ex.submit(
+                write_range,
+                src,
+                columns,
+                _part(args.out, k),
+                bounds[k],
+                bounds[k + 1],
+                opts,
+                inferred_from,
+            )
             for k in range(n)
         ]
         while not all(f.done() for f in futs):
@@ -164,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     total = src.count()
     if total == 0:
         raise ConfigError(f"input: {src.path!r} has no rows")
-    columns = _columns(args, src)
+    columns, inferred_from = _columns(args, src)
     workers = min(args.workers, total)
     args.workers = workers
     _prepare_out(args.out, workers, args.exist_ok)
@@ -181,11 +205,19 @@ def run(args: argparse.Namespace) -> int:
         if workers == 1:
             _init_worker(_Direct(bar))
             try:
-                write_range(src, columns, args.out, 0, total, _writer_opts(args, args.exist_ok))
+                write_range(
+                    src,
+                    columns,
+                    args.out,
+                    0,
+                    total,
+                    _writer_opts(args, args.exist_ok),
+                    inferred_from,
+                )
             finally:
                 _init_worker(None)
         else:
-            _run_workers(args, src, columns, total, bar)
+            _run_workers(args, src, columns, total, bar, inferred_from)
     dt = time.perf_counter() - t0
     index = read_index(args.out)
     stored = sum((s.zip_data or s.raw_data).bytes for s in index.shards)

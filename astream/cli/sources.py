@@ -331,15 +331,30 @@ def parse_columns(text: str) -> dict[str, str]:
     return out
 
 
-def coercer(columns: dict[str, str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """Row -> sample with exactly ``columns``; CSV strings become ints/floats when needed."""
+def coercer(
+    columns: dict[str, str], *, inferred_from: int | None = None
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Row -> sample with exactly ``columns``; CSV strings become ints/floats when needed.
+
+    A key missing from a row is stored as ``None`` in a ``json`` column (json ``null``, read
+    back as ``None``: how an optional key round-trips); any other encoding refuses it. With
+    ``inferred_from`` (the columns were inferred from that many rows) a row with a key the
+    columns lack is refused, since writing it would drop data; with user-given columns,
+    unlisted keys are dropped on purpose."""
     numeric = {"int": int, "str_int": int, "str_float": float}
+    known = set(columns)
 
     def convert(row: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name, enc in columns.items():
             if name not in row:
-                raise ConfigError(f"row has no column {name!r} (columns: {sorted(row)})")
+                if enc == "json":
+                    out[name] = None
+                    continue
+                raise ConfigError(
+                    f"row has no column {name!r} (columns: {sorted(row)}); a column missing "
+                    f"from some rows needs the json encoding (--columns ...,{name}:json)"
+                )
             v = row[name]
             if isinstance(v, str) and enc in numeric:
                 try:
@@ -351,6 +366,12 @@ def coercer(columns: dict[str, str]) -> Callable[[dict[str, Any]], dict[str, Any
             elif isinstance(v, str) and enc.startswith(("float", "int", "uint")):
                 v = float(v) if enc.startswith("float") else int(v)
             out[name] = v
+        extra = None if inferred_from is None else next((k for k in row if k not in known), None)
+        if extra is not None:
+            raise ConfigError(
+                f"row has column {extra!r} that the first {inferred_from} rows do not have "
+                "(it would be dropped); list every column with --columns"
+            )
         return out
 
     return convert

@@ -216,3 +216,51 @@ def test_progress_bar_reports_rate(cli, tmp_path):
     r = cli("convert", src, str(tmp_path / "out"), "--progress")
     assert r.code == 0
     assert "300/300" in r.err and "samples/s" in r.err and "MB/s" in r.err
+
+
+def test_optional_keys_become_json_and_missing_reads_none(cli, tmp_path):
+    # docs/cli.md: a column missing from some rows is inferred json; the rows without it store
+    # null, read back as None. Before: "row has no column 'b'".
+    rows = [{"id": 1, "b": "x"}, {"id": 2}, {"id": 3, "b": [1, 2]}, {"id": 4, "c": 2.5}]
+    src = write_jsonl(str(tmp_path / "opt.jsonl"), rows)
+    out = str(tmp_path / "out")
+    r = cli("convert", src, out)
+    assert r.code == 0, r.err
+    assert "columns id:int, b:json, c:json" in r.out
+    assert _columns(out) == {"id": "int", "b": "json", "c": "json"}
+    assert _read(out) == [
+        {"id": 1, "b": "x", "c": None},
+        {"id": 2, "b": None, "c": None},
+        {"id": 3, "b": [1, 2], "c": None},
+        {"id": 4, "b": None, "c": 2.5},
+    ]
+    # the same with two workers (each worker coerces its own range)
+    out2 = str(tmp_path / "out2")
+    assert cli("convert", src, out2, "--workers", "2").code == 0
+    assert _read(out2) == _read(out)
+
+
+def test_optional_key_in_a_typed_column_or_unseen_key_is_refused(cli, tmp_path):
+    # a column present in every inferred row, then missing: refused naming row and column
+    rows = [{"id": i, "b": "x"} for i in range(1000)] + [{"id": 1000}]
+    src = write_jsonl(str(tmp_path / "late.jsonl"), rows)
+    r = cli("convert", src, str(tmp_path / "o"))
+    assert r.code == 2
+    assert r.err == (
+        f"astream: error: {src}: row 1000: row has no column 'b' (columns: ['id']); a column "
+        "missing from some rows needs the json encoding (--columns ...,b:json)\n"
+    )
+    # a key first seen after the inferred rows: refused rather than silently dropped
+    rows = [{"id": i} for i in range(1000)] + [{"id": 1000, "late": 1}]
+    src = write_jsonl(str(tmp_path / "new.jsonl"), rows)
+    r = cli("convert", src, str(tmp_path / "o2"))
+    assert r.code == 2
+    assert r.err == (
+        f"astream: error: {src}: row 1000: row has column 'late' that the first 1000 rows "
+        "do not have (it would be dropped); list every column with --columns\n"
+    )
+    # with --columns, unlisted keys are dropped on purpose and json columns may be missing
+    out = str(tmp_path / "o3")
+    assert cli("convert", src, out, "--columns", "id:int,late:json").code == 0
+    got = _read(out)
+    assert got[0] == {"id": 0, "late": None} and got[-1] == {"id": 1000, "late": 1}
