@@ -65,6 +65,9 @@ def _inner() -> None:
                 w.write(sample)
         print(f"wrote {name}: {sorted(os.listdir(out))}")
     merge_index(os.path.join(OUT, "merged"), keep_local=True)
+    import gen_golden_xsv  # data/split/ (json, csv, tsv, xsv writers), cleared above too
+
+    gen_golden_xsv.write_all()
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(OUT) for f in files)
     print(f"total {total} bytes under {OUT}")
 
