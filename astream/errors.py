@@ -4,9 +4,13 @@ Every error astream raises on purpose derives from :class:`AstreamError`, so a t
 one type. The subclasses say *what kind* of thing went wrong, which decides what to do about it:
 
 - :class:`ConfigError` -- a bad argument; the message names the argument. Also a ``ValueError``.
+  :class:`MissingIndexError` (no ``index.json`` where a local-only dataset should be),
+  :class:`EmptyDatasetError` (no samples at all), :class:`UnsupportedEncodingError` (a writer
+  column with an unknown encoding) refine it.
 - :class:`FormatError` -- an index, shard or encoding that does not parse; names the file/field.
+  Also a ``ValueError``. :class:`IndexJSONError` -- an ``index.json`` that is not JSON.
 - :class:`UnsafeEncodingError` -- ``pkl`` columns without ``allow_unsafe_types=True``.
-- :class:`IntegrityError` -- a hash mismatch that survived one re-fetch.
+- :class:`IntegrityError` -- a hash mismatch that survived one re-fetch. Also a ``ValueError``.
 - :class:`StorageError` -- anything from a backend, with ``.url`` and ``.retryable``.
   :class:`ObjectNotFoundError`, :class:`AccessDeniedError` are final;
   :class:`TransientStorageError` (and its :class:`StorageTimeoutError`,
@@ -15,23 +19,50 @@ one type. The subclasses say *what kind* of thing went wrong, which decides what
 
 Errors are plain picklable exceptions so that they cross the loop-thread bridge and DataLoader
 worker processes intact.
+
+Catchable as before: code written for mosaicml-streaming catches built-in types. Each astream
+error is also an instance of the built-in the reference raises in the same situation (checked
+against the reference by tests/core/test_errors_compat.py):
+
+================================================  ============================================
+situation                                         also a
+================================================  ============================================
+bad argument value, impossible combination        ``ValueError`` (:class:`ConfigError`)
+remote object or remote ``index.json`` missing    ``FileNotFoundError`` (ObjectNotFoundError)
+local-only dataset without ``index.json``         ``RuntimeError`` and ``FileNotFoundError``
+dataset with no samples                           ``RuntimeError`` (:class:`EmptyDatasetError`)
+``index.json`` that is not JSON                   ``json.JSONDecodeError`` (:class:`IndexJSONError`)
+malformed index / shard, unsupported version      ``ValueError`` (:class:`FormatError`)
+``pkl`` column without ``allow_unsafe_types``     ``ValueError`` (:class:`UnsafeEncodingError`)
+hash mismatch                                     ``ValueError`` (:class:`IntegrityError`)
+``cache_limit`` too small                         ``ValueError`` (:class:`CacheError`)
+writer output directory not empty                 ``FileExistsError`` (:class:`OutputExistsError`)
+writer column with an unknown encoding            ``TypeError`` (:class:`UnsupportedEncodingError`)
+================================================  ============================================
 """
 
 from __future__ import annotations
+
+import json
 
 __all__ = [
     "AccessDeniedError",
     "AstreamError",
     "CacheError",
     "ConfigError",
+    "EmptyDatasetError",
     "FormatError",
+    "IndexJSONError",
     "IntegrityError",
+    "MissingIndexError",
     "ObjectNotFoundError",
+    "OutputExistsError",
     "StorageError",
     "StorageTimeoutError",
     "ThrottledError",
     "TransientStorageError",
     "UnsafeEncodingError",
+    "UnsupportedEncodingError",
 ]
 
 
@@ -43,7 +74,24 @@ class ConfigError(AstreamError, ValueError):
     """A bad argument or setting. The message names the argument."""
 
 
-class FormatError(AstreamError):
+class MissingIndexError(ConfigError, FileNotFoundError, RuntimeError):
+    """No ``index.json`` in a local directory and no remote to fetch it from (the reference
+    raises ``RuntimeError`` there)."""
+
+
+class EmptyDatasetError(ConfigError, RuntimeError):
+    """Every stream (or one stream, which the message names) holds no sample at all."""
+
+
+class UnsupportedEncodingError(ConfigError, TypeError):
+    """A writer column names an encoding astream does not know (the reference: ``TypeError``)."""
+
+
+class OutputExistsError(ConfigError, FileExistsError):
+    """The writer's output directory is not empty (the reference: ``FileExistsError``)."""
+
+
+class FormatError(AstreamError, ValueError):
     """An index.json, shard file or encoded value that is not valid MDS.
 
     ``path`` is the file (or URL) concerned when known.
@@ -60,11 +108,28 @@ class FormatError(AstreamError):
         return (type(self), (msg, self.path))
 
 
+class IndexJSONError(FormatError, json.JSONDecodeError):
+    """An ``index.json`` that is not valid JSON. ``doc``/``pos``/``lineno``/``colno`` are the
+    ``json.JSONDecodeError`` fields (``pos`` 0 when the bytes were not even UTF-8)."""
+
+    def __init__(self, message: str, path: str | None = None, doc: str = "", pos: int = 0):
+        ValueError.__init__(self, message if path is None else f"{path}: {message}")
+        self.path = path
+        self.msg = message
+        self.doc = doc
+        self.pos = pos
+        self.lineno = doc.count("\n", 0, pos) + 1
+        self.colno = pos - doc.rfind("\n", 0, pos)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.msg, self.path, self.doc, self.pos))
+
+
 class UnsafeEncodingError(FormatError):
     """A ``pkl`` column met without ``allow_unsafe_types=True``."""
 
 
-class IntegrityError(AstreamError):
+class IntegrityError(AstreamError, ValueError):
     """Shard bytes whose hash does not match the index, after one re-fetch."""
 
 
@@ -120,5 +185,5 @@ class ThrottledError(TransientStorageError):
     """The store asked us to slow down (429, 503 SlowDown)."""
 
 
-class CacheError(AstreamError):
+class CacheError(AstreamError, ValueError):
     """The cache limit is too small for the shards that must be on disk at once."""
