@@ -27,7 +27,7 @@ import numpy as np
 from astream.core import compression as _compression
 from astream.core.encodings import get_coder
 from astream.core.paths import safe_relpath
-from astream.errors import ConfigError, FormatError
+from astream.errors import ConfigError, FormatError, IndexJSONError
 
 __all__ = ["FileInfo", "Index", "ShardEntry", "dump_index", "parse_index", "INDEX_BASENAME"]
 
@@ -303,8 +303,10 @@ def parse_index(data: bytes, source: str) -> Index:
     c = _Checker(source)
     try:
         obj = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise IndexJSONError(f"not valid JSON ({exc})", source, exc.doc, exc.pos) from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise FormatError(f"not valid JSON ({exc})", source) from None
+        raise IndexJSONError(f"not valid JSON ({exc})", source) from None
     if not isinstance(obj, dict):
         raise FormatError("index must be a JSON object", source)
     if "version" not in obj:

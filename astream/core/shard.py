@@ -25,7 +25,7 @@ import numpy as np
 
 from astream.core.encodings import UNSAFE_ENCODINGS, encode, get_coder
 from astream.core.index import ShardEntry
-from astream.errors import ConfigError, FormatError, UnsafeEncodingError
+from astream.errors import ConfigError, FormatError, UnsafeEncodingError, UnsupportedEncodingError
 
 __all__ = [
     "SampleDecoder",
@@ -291,7 +291,7 @@ class SampleEncoder:
             try:
                 self.sizes.append(get_coder(enc).size)
             except ConfigError as exc:
-                raise ConfigError(f"columns[{name!r}]: {exc}") from None
+                raise UnsupportedEncodingError(f"columns[{name!r}]: {exc}") from None
         self._cols = list(zip(self.names, self.encodings, self.sizes))
 
     def encode(self, sample: Mapping[str, Any]) -> bytes:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from astream.core.index import Index, ShardEntry, parse_index
-from astream.errors import ConfigError, FormatError
+from astream.errors import ConfigError, EmptyDatasetError, FormatError, MissingIndexError
 from astream.runtime.cache import ShardFiles
 from astream.runtime.fetch import RemoteShard
 from astream.storage.base import ObjectStore
@@ -71,7 +71,7 @@ class Catalog:
         np.cumsum(np.asarray(counts, dtype=np.int64), out=self.starts[1:])
         self.num_samples = int(self.starts[-1])
         if self.num_samples == 0:
-            raise ConfigError("the dataset has no samples (every shard is empty)")
+            raise EmptyDatasetError("the dataset has no samples (every shard is empty)")
         firsts = [0]
         for sizes in self.stream_sizes:
             firsts.append(firsts[-1] + int(sizes.sum()))
@@ -128,7 +128,7 @@ async def load_index(store: ObjectStore | None, local: str) -> Index:
             with open(path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            raise ConfigError(
+            raise MissingIndexError(
                 f"no {INDEX} at {path}: give `remote`, or point `local` at an MDS dataset"
             ) from None
         return parse_index(data, path)

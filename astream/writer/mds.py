@@ -32,7 +32,7 @@ from astream.core.hashing import hexdigest, validate_hash
 from astream.core.index import INDEX_BASENAME, FileInfo, Index, ShardEntry, dump_index
 from astream.core.shard import SampleEncoder, build_shard
 from astream.core.sizes import parse_size
-from astream.errors import ConfigError
+from astream.errors import ConfigError, OutputExistsError
 from astream.writer.sink import LocalSink, ShardSink
 
 __all__ = ["MDSWriter", "split_out", "write_atomic"]
@@ -161,7 +161,7 @@ class MDSWriter:
     def _prepare_dir(local: str, exist_ok: bool) -> None:
         if os.path.isdir(local) and os.listdir(local):
             if not exist_ok:
-                raise ConfigError(
+                raise OutputExistsError(
                     f"out: directory {local!r} is not empty; pass exist_ok=True to overwrite it"
                 )
             shutil.rmtree(local)
