@@ -12,23 +12,39 @@ for the batches of ids it owns from the resume position on, and lets the engine 
 samples. The plan depends only on the data and the seed/epoch/canonical-node settings, never on
 the World, so the global order is the same on 1 GPU or 512.
 
-Epochs: every ``__iter__`` in the process that owns the dataset starts the next epoch (or the
-one a checkpoint resumes). DataLoader workers are copies, so :class:`StreamingDataLoader`
-settles the epoch in the main process before it starts its workers; with a plain torch
-DataLoader and workers, call ``set_epoch`` yourself.
+Epochs (:class:`_Epochs`): the process that builds the dataset (the *owner*) and its DataLoader
+workers share a small array of int64 in anonymous shared memory: the epoch (and resume
+position) the next worker iteration starts from, and per worker slot the number of iterations
+that worker has started since. Worker ``w``'s ``k``-th iteration runs epoch ``base + k`` (from
+the resume position when ``k == 0``), so a plain ``DataLoader(ds, num_workers=N)`` -- fresh
+workers each epoch or ``persistent_workers=True`` -- walks epochs 0, 1, 2... exactly as
+:class:`StreamingDataLoader` and ``num_workers=0`` do. ``set_epoch``, ``load_state_dict`` and
+the owner's own iterations rewrite the base and zero the slots. The memory dies with the job:
+a killed run leaves nothing that shifts the next one's epochs.
+
+Transforms: a subclass that overrides ``__getitem__`` or ``get_item`` (the reference's
+documented way to decode or augment) gets every iterated sample through its override: the
+engine decodes the planned batch as usual and the override's ``super()`` call is served the
+already-decoded sample. ``transform=`` is a plain callable that ``__getitem__`` applies to what
+``get_item`` returns, in iteration as in random access (so a ``__getitem__`` override receives
+the transformed sample, a ``get_item`` override's result is transformed). Neither costs anything
+when absent.
 """
 
 from __future__ import annotations
 
+import collections
+import multiprocessing
 import os
+import sys
 import warnings
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from astream.core.state import LoaderState
-from astream.errors import CacheError
+from astream.errors import CacheError, ConfigError
 from astream.placement import detect
 from astream.runtime.catalog import Catalog, check_hash_available
 from astream.runtime.config import DatasetConfig, resolve_sources
@@ -36,6 +52,127 @@ from astream.runtime.engine import Engine
 from astream.runtime.stats import Stats
 
 __all__ = ["StreamingCore"]
+
+MAX_WORKERS = 1024  # DataLoader workers per rank whose epochs the shared state can track
+_BASE, _START, _GEN, _SLOTS = 0, 1, 2, 3
+
+
+class _Epochs:
+    """Epoch bookkeeping shared by the owner process and its DataLoader workers (see the
+    module docstring). Anonymous shared memory: forked workers inherit it, spawned ones get it
+    through the worker's start arguments; any other copy (``copy.deepcopy``, ``pickle.dumps``)
+    gets a private array with the same values."""
+
+    def __init__(self, values: np.ndarray[Any, Any] | None = None) -> None:
+        self._raw = multiprocessing.RawArray("q", _SLOTS + MAX_WORKERS)
+        self._a = np.frombuffer(self._raw, dtype=np.int64)
+        if values is not None:
+            self._a[:] = values
+
+    def __getstate__(self) -> dict[str, Any]:
+        from multiprocessing import context
+
+        if context.get_spawning_popen() is not None:
+            return {"raw": self._raw}
+        return {"values": self._a.copy()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "raw" in state:
+            self._raw = state["raw"]
+            self._a = np.frombuffer(self._raw, dtype=np.int64)
+        else:
+            self.__init__(state["values"])  # type: ignore[misc]
+
+    def reset(self, epoch: int, start: int) -> int:
+        """The next iteration of every consumer runs ``epoch`` from ``start``; returns the
+        generation this reset made (see :meth:`generation`)."""
+        a = self._a
+        a[_SLOTS:] = 0
+        a[_BASE], a[_START] = epoch, start
+        a[_GEN] += 1
+        return int(a[_GEN])
+
+    def generation(self) -> int:
+        return int(self._a[_GEN])
+
+    def owner_next(self) -> tuple[int, int]:
+        """(epoch, start) the owner's next iteration runs: after whatever workers started."""
+        k = int(self._a[_SLOTS:].max())
+        base = int(self._a[_BASE])
+        return (base, int(self._a[_START])) if k == 0 else (base + k, 0)
+
+    def owner_current(self) -> tuple[int, int] | None:
+        """(epoch, start) of the latest iteration workers started since the last reset."""
+        k = int(self._a[_SLOTS:].max())
+        if k == 0:
+            return None
+        return int(self._a[_BASE]) + k - 1, int(self._a[_START]) if k == 1 else 0
+
+    def worker_take(self, worker: int) -> tuple[int, int]:
+        """(epoch, start) of worker ``worker``'s next iteration; counts it."""
+        if not 0 <= worker < MAX_WORKERS:
+            raise ConfigError(f"num_workers: at most {MAX_WORKERS} DataLoader workers per rank")
+        a = self._a
+        k = int(a[_SLOTS + worker])
+        a[_SLOTS + worker] = k + 1
+        return int(a[_BASE]) + k, int(a[_START]) if k == 0 else 0
+
+
+def _worker() -> tuple[int, int] | None:
+    """(worker id, num_workers) when this process is a torch DataLoader worker. Never imports
+    torch: a program that has not imported it has no workers."""
+    data = sys.modules.get("torch.utils.data")
+    if data is None:
+        return None
+    info = data.get_worker_info()
+    return None if info is None else (int(info.id), int(info.num_workers))
+
+
+def _loader_batch_size() -> tuple[bool, int | None]:
+    """(found, batch_size) of the torch DataLoader iterating us, read from its iterator on the
+    call stack (in the main process, or in a forked worker whose stack still holds the parent's
+    frames). ``found`` is False when no DataLoader iterator is on the stack (spawned workers)."""
+    mod = sys.modules.get("torch.utils.data.dataloader")
+    if mod is None:
+        return False, None
+    base = mod._BaseDataLoaderIter
+    f: Any = sys._getframe(1)
+    while f is not None:
+        me = f.f_locals.get("self")
+        if isinstance(me, base):
+            sampler = getattr(me, "_index_sampler", None)
+            bs = getattr(sampler, "batch_size", None)
+            return True, bs if isinstance(bs, int) else None
+        f = f.f_back
+    return False, None
+
+
+def _overrides(obj: object) -> bool:
+    """Whether ``type(obj)`` overrides ``__getitem__`` or ``get_item`` of StreamingCore."""
+    cls: Any = type(obj)
+    return cls.__getitem__ is not StreamingCore.__getitem__ or (
+        cls.get_item is not StreamingCore.get_item
+    )
+
+
+def _recorded(
+    batches: Iterable[np.ndarray[Any, Any]], ids: collections.deque[int]
+) -> Iterator[Any]:
+    for b in batches:
+        ids.extend(b.tolist())
+        yield b
+
+
+def _skip(batches: Iterator[np.ndarray[Any, Any]], n: int) -> Iterator[np.ndarray[Any, Any]]:
+    """``batches`` less their first ``n`` samples."""
+    for b in batches:
+        if n >= len(b):
+            n -= len(b)
+            continue
+        yield b[n:]
+        n = 0
+        break
+    yield from batches
 
 
 class StreamingCore:
@@ -74,7 +211,11 @@ class StreamingCore:
         allow_unsafe_types: bool = False,
         replication: int | None = None,
         storage_options: dict[str, Any] | None = None,
+        transform: Callable[[Any], Any] | None = None,
     ) -> None:
+        if transform is not None and not callable(transform):
+            raise ConfigError(f"transform must be a callable, got {type(transform).__name__}")
+        self.transform = transform
         cfg = DatasetConfig.build(
             download_retry=download_retry,
             download_timeout=download_timeout,
@@ -119,10 +260,12 @@ class StreamingCore:
             allow_unsafe_types=allow_unsafe_types,
             ahead=ahead,
         )
-        self._next_epoch = 0
-        self._resume: tuple[int, int] | None = None
-        self._pinned: tuple[int, int] | None = None  # set by StreamingDataLoader for workers
-        self._current: tuple[int, int] = (0, 0)  # (epoch, start) of the latest iteration
+        self._epochs = _Epochs()
+        self._current: tuple[int, int] = (0, 0)  # (epoch, start) of this process's iteration
+        self._progress = [0]  # samples this process's latest iteration has yielded
+        self._worker_resume: dict[str, int] | None = None  # a worker's own loaded state
+        self._worker_next: int | None = None  # a resumed worker's next epoch
+        self._hot: tuple[int, Any] | None = None  # the sample an override's super() call gets
         self._plans: dict[tuple[int, int | None], Any] = {}
 
     def _warn_small_cache(self, avg_shard_samples: int) -> None:
@@ -161,8 +304,31 @@ class StreamingCore:
         return self.catalog.num_samples
 
     @property
+    def size(self) -> int:
+        """The reference's name for :attr:`num_samples`."""
+        return self.catalog.num_samples
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.catalog.shards)
+
+    @property
     def shards(self) -> list[Any]:
         return self.catalog.entries
+
+    @property
+    def epoch_size(self) -> int:
+        """Samples in one epoch over all ranks, after mixing and ``epoch_size`` (no padding)."""
+        return int(self.plan(self._epochs.owner_next()[0]).num_samples)
+
+    @property
+    def next_epoch(self) -> int:
+        """The epoch the next iteration of this dataset starts (or resumes)."""
+        return self._epochs.owner_next()[0]
+
+    @next_epoch.setter
+    def next_epoch(self, epoch: int) -> None:
+        self.set_epoch(epoch)
 
     @property
     def stats(self) -> Stats:
@@ -172,6 +338,35 @@ class StreamingCore:
     def cache_usage(self) -> int:
         """Bytes under the local directories now (what ``cache_limit`` bounds)."""
         return self.engine.space.usage()
+
+    # -- the cache, shard by shard (the reference's names) -------------------------------------
+    def _check_shard(self, shard_id: int) -> int:
+        n = len(self.catalog.shards)
+        if isinstance(shard_id, bool) or not isinstance(shard_id, (int, np.integer)):
+            raise ConfigError(f"shard_id must be an int, got {type(shard_id).__name__}")
+        if not 0 <= int(shard_id) < n:
+            raise IndexError(f"shard_id {shard_id} out of range for {n} shards")
+        return int(shard_id)
+
+    def prepare_shard(self, shard_id: int, blocking: bool = True) -> bool:
+        """Download shard ``shard_id`` into the cache (evicting others if ``cache_limit`` needs
+        it). Returns whether it is present; with ``blocking=False`` a shard that another process
+        is fetching, or that needs an eviction, is skipped (False)."""
+        s = self._check_shard(shard_id)
+        from astream.runtime import bridge
+
+        return bool(bridge.run(self.engine.download(s, bool(blocking))))
+
+    def evict_shard(self, shard_id: int) -> int:
+        """Delete shard ``shard_id``'s cached files; returns the bytes freed. Local-only data
+        (no remote to fetch it again) is never deleted: :class:`CacheError`; so is a shard a
+        reader holds open right now."""
+        return self.engine.evict(self._check_shard(shard_id))
+
+    def evict_coldest_shard(self) -> int:
+        """Delete the least recently used evictable shard in the cache; returns bytes freed
+        (:class:`CacheError` when no shard can be evicted)."""
+        return self.engine.evict_coldest()
 
     # -- the plan ------------------------------------------------------------------------------
     def plan(self, epoch: int) -> Any:
@@ -197,48 +392,147 @@ class StreamingCore:
             self._plans = {key: plan}
         return plan
 
+    def _normal(self, epoch: int, start: int) -> tuple[int, int]:
+        """A position at (or past) the end of an epoch is the start of the next one."""
+        if start >= self.plan(epoch).num_samples:
+            return epoch + 1, 0
+        return epoch, start
+
     def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration run ``epoch`` from its start."""
-        self._next_epoch = int(epoch)
-        self._resume = None
+        """Make the next iteration (of this process or of its DataLoader workers, persistent
+        or not) run ``epoch`` from its start."""
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            raise ConfigError(f"epoch must be an int >= 0, got {epoch!r}")
+        self._epochs.reset(int(epoch), 0)
+        self._worker_resume = self._worker_next = None
 
     def _take_epoch(self) -> tuple[int, int]:
-        if self._pinned is not None:
-            return self._pinned
-        if self._resume is not None:
-            epoch, start = self._resume
+        """Epoch and start of the iteration beginning now in this process (see module doc)."""
+        me = _worker()
+        if me is None:
+            epoch, start = self._normal(*self._epochs.owner_next())
+            self._epochs.reset(epoch + 1, 0)
+        elif self._worker_next is not None:
+            epoch, start = self._worker_next, 0
+            self._worker_next += 1
+            self._epochs.worker_take(me[0])
         else:
-            epoch, start = self._next_epoch, 0
-        if start >= self.plan(epoch).num_samples:
-            epoch, start = epoch + 1, 0
-        self._resume = None
-        self._next_epoch = epoch + 1
+            epoch, start = self._epochs.worker_take(me[0])
         self._current = (epoch, start)
         return epoch, start
 
-    def _batches(self, epoch: int, start: int) -> Iterator[np.ndarray[Any, Any]]:
+    def _settle_batch_size(self) -> None:
+        """A dataset without ``batch_size`` takes the DataLoader's (the plan deals per-device
+        batches, so the two must agree); a mismatch is warned about, naming both."""
+        found, bs = _loader_batch_size()
+        if self.cfg.batch_size is None:
+            if bs is not None:
+                self.batch_size = bs
+            elif not found and _worker() is not None:
+                raise ConfigError(
+                    "StreamingDataset(batch_size=None) in a DataLoader worker whose DataLoader "
+                    "cannot be seen (workers started by 'spawn' or 'forkserver'): pass "
+                    "batch_size=<the DataLoader's batch_size> to StreamingDataset, or use "
+                    "astream.StreamingDataLoader, which passes it on"
+                )
+        elif bs is not None and bs != self.cfg.batch_size:
+            warnings.warn(
+                f"StreamingDataset(batch_size={self.cfg.batch_size}) under a DataLoader with "
+                f"batch_size={bs}: each DataLoader batch mixes the dataset's per-device batches, "
+                "so the order differs from the planned one and checkpoints do not resume "
+                "exactly; give both the same batch_size",
+                stacklevel=3,
+            )
+
+    def _start_iteration(self) -> tuple[Iterator[np.ndarray[Any, Any]], list[int]]:
+        self._settle_batch_size()
+        resume = self._worker_resume
+        me = _worker()
+        if resume is not None and me is not None:
+            self._worker_resume = None
+            epoch, start, skip = resume["epoch"], resume["start"], resume["yielded"]
+            self._current = (epoch, start)
+            self._worker_next = epoch + 1
+            self._epochs.worker_take(me[0])
+            if (resume["worker"], resume["num_workers"]) != me:
+                raise ConfigError(
+                    f"this state was saved by DataLoader worker {resume['worker']} of "
+                    f"{resume['num_workers']}; it is being loaded into worker {me[0]} of {me[1]} "
+                    "(resume with the same num_workers, or use the loader-level state_dict, "
+                    "which resumes on any number of workers)"
+                )
+        else:
+            epoch, start = self._take_epoch()
+            skip = 0
         place = detect(self.cfg.replication)
-        return self.plan(epoch).worker_batches(place.world, place.rank, place.worker, start)  # type: ignore[no-any-return]
+        batches = self.plan(epoch).worker_batches(place.world, place.rank, place.worker, start)
+        progress = [skip]
+        self._progress = progress
+        return (_skip(batches, skip) if skip else batches), progress
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        epoch, start = self._take_epoch()
-        return self.engine.iter_samples(self._batches(epoch, start))
+        batches, progress = self._start_iteration()
+        if _overrides(self):
+            ids: collections.deque[int] = collections.deque()
+            samples = self.engine.iter_samples(_recorded(batches, ids))
+            return self._through_override(samples, ids, progress)
+        return self._counted(self.engine.iter_samples(batches), progress, self.transform)
 
-    async def aiter(self) -> AsyncIterator[dict[str, Any]]:
+    @staticmethod
+    def _counted(
+        samples: Iterator[Any], progress: list[int], transform: Callable[[Any], Any] | None
+    ) -> Iterator[Any]:
+        if transform is None:
+            for x in samples:
+                progress[0] += 1
+                yield x
+        else:
+            for x in samples:
+                progress[0] += 1
+                yield transform(x)
+
+    def _through(self, i: int, x: Any) -> Any:
+        """``self[i]`` (the subclass's override; ``transform`` inside it) with the decoded ``x``."""
+        self._hot = (i, x)
+        try:
+            return self[i]
+        finally:
+            self._hot = None
+
+    def _through_override(
+        self, samples: Iterator[Any], ids: collections.deque[int], progress: list[int]
+    ) -> Iterator[Any]:
+        for x in samples:
+            progress[0] += 1
+            yield self._through(ids.popleft(), x)
+
+    async def aiter(self) -> AsyncIterator[Any]:
         """``async for sample in ds.aiter()``: the next epoch on the caller's loop, in the order
-        the synchronous path gives with ``num_workers=0``. No thread is added."""
-        epoch, start = self._take_epoch()
-        async for sample in self.engine.aiter_samples(self._batches(epoch, start)):
-            yield sample
+        the synchronous path gives with ``num_workers=0`` (through a subclass's ``__getitem__``
+        or ``get_item`` override and ``transform``, as iteration is)."""
+        batches, progress = self._start_iteration()
+        override = _overrides(self)
+        ids: collections.deque[int] = collections.deque()
+        if override:
+            batches = _recorded(batches, ids)
+        transform = self.transform
+        async for x in self.engine.aiter_samples(batches):
+            progress[0] += 1
+            if override:
+                yield self._through(ids.popleft(), x)
+            elif transform is not None:
+                yield transform(x)
+            else:
+                yield x
 
     async def aclose(self) -> None:
         """Close the connections ``aiter``/``aget`` opened on the running loop."""
         await self.engine.aclose()
 
-    async def aiter_batches(self) -> AsyncIterator[list[dict[str, Any]]]:
+    async def aiter_batches(self) -> AsyncIterator[list[Any]]:
         """Like :meth:`aiter`, grouped into the planned per-device batches."""
         size = self.cfg.batch_or_1
-        batch: list[dict[str, Any]] = []
+        batch: list[Any] = []
         async for sample in self.aiter():
             batch.append(sample)
             if len(batch) == size:
@@ -248,13 +542,25 @@ class StreamingCore:
             yield batch
 
     def __len__(self) -> int:
-        """Samples this rank yields in the next epoch (all its workers together)."""
-        epoch, start = self._pinned or self._resume or (self._next_epoch, 0)
+        """Samples this rank yields in a whole epoch (all its workers together), as in the
+        reference: the same before and after ``load_state_dict``. What is left of a resumed
+        epoch is :meth:`remaining_len`."""
+        epoch = self._epochs.owner_next()[0]
+        place = detect(self.cfg.replication)
+        return int(self.plan(epoch).rank_num_samples(place.world, place.rank, 0))
+
+    def remaining_len(self) -> int:
+        """Samples this rank yields in its next iteration (less than ``len`` after resuming
+        mid-epoch)."""
+        epoch, start = self._normal(*self._epochs.owner_next())
         place = detect(self.cfg.replication)
         return int(self.plan(epoch).rank_num_samples(place.world, place.rank, start))
 
     # -- random access -------------------------------------------------------------------------
-    def get_item(self, index: int) -> dict[str, Any]:
+    def get_item(self, index: int) -> Any:
+        hot = self._hot
+        if hot is not None and hot[0] == index:
+            return hot[1]  # iteration decoded it already; an override's super() call gets it
         n = self.catalog.num_samples
         i = int(index)
         if i < 0:
@@ -263,30 +569,71 @@ class StreamingCore:
             raise IndexError(f"sample index {index} out of range for {n} samples")
         return self.engine.get(i)
 
+    def _get(self, i: int) -> Any:
+        """What ``get_item`` (perhaps overridden) gives, through ``transform``."""
+        x = self.get_item(i)
+        return x if self.transform is None else self.transform(x)
+
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, (int, np.integer)):
-            return self.get_item(int(index))
+            return self._get(int(index))
         if isinstance(index, slice):
-            return [self.get_item(i) for i in range(*index.indices(self.catalog.num_samples))]
+            return [self._get(i) for i in range(*index.indices(self.catalog.num_samples))]
         if isinstance(index, (np.ndarray, list, tuple)):
-            return [self.get_item(int(i)) for i in np.asarray(index).reshape(-1)]
+            return [self._get(int(i)) for i in np.asarray(index).reshape(-1)]
         raise TypeError(f"index must be an int, slice, list or array, got {type(index).__name__}")
 
-    async def aget(self, index: int) -> dict[str, Any]:
+    async def aget(self, index: int) -> Any:
         n = self.catalog.num_samples
         i = int(index) + (n if int(index) < 0 else 0)
         if not 0 <= i < n:
             raise IndexError(f"sample index {index} out of range for {n} samples")
-        return await self.engine.aget(i)
+        x = await self.engine.aget(i)
+        return self._through(i, x) if _overrides(self) or self.transform is not None else x
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def state_dict(self, num_samples: int, from_beginning: bool) -> dict[str, Any]:
-        """Where the job is: ``num_samples`` consumed by all ranks together, counted from the
-        start of the epoch (``from_beginning``) or from where this iteration resumed. Keys are
-        the reference's (:class:`~astream.core.state.LoaderState`)."""
-        epoch, start = self._pinned or self._current
-        pos = int(num_samples) if from_beginning else start + int(num_samples)
+    def _position(self) -> tuple[int, int]:
+        """(epoch, start) of the iteration this process's checkpoints count from."""
+        if _worker() is None:
+            current = self._epochs.owner_current()  # workers of a plain DataLoader
+            if current is not None:
+                return current
+        return self._current
+
+    def state_dict(
+        self, num_samples: int | None = None, from_beginning: bool = True
+    ) -> dict[str, Any]:
+        """Where the job is.
+
+        With the reference's arguments: ``num_samples`` consumed by all ranks together, counted
+        from the start of the epoch (``from_beginning``) or from where this iteration resumed.
+        Keys are the reference's (:class:`~astream.core.state.LoaderState`).
+
+        Without arguments (the stateful-iterable protocol of torchdata's
+        ``StatefulDataLoader``): where *this* consumer is -- the process iterating with
+        ``num_workers=0`` (counted in samples it yielded, times the ranks), or, inside a
+        DataLoader worker, that worker (its own samples; resumable by the same worker of the
+        same ``num_workers``).
+        """
+        epoch, start = self._position()
         world = detect(self.cfg.replication).world
+        me = _worker()
+        if num_samples is None:
+            if me is not None:
+                state = self._state(epoch, start, world)
+                state["astream_worker"] = {
+                    "worker": me[0],
+                    "num_workers": me[1],
+                    "yielded": self._progress[0],
+                }
+                return state
+            return self._state(epoch, start + self._progress[0] * world.num_ranks, world)
+        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)):
+            raise ConfigError(f"num_samples must be an int, got {num_samples!r}")
+        pos = int(num_samples) if from_beginning else start + int(num_samples)
+        return self._state(epoch, pos, world)
+
+    def _state(self, epoch: int, pos: int, world: Any) -> dict[str, Any]:
         return LoaderState(
             epoch=epoch,
             sample_in_epoch=pos,
@@ -298,8 +645,11 @@ class StreamingCore:
 
     def load_state_dict(self, obj: dict[str, Any]) -> None:
         """Resume at ``obj`` (ours, or the reference's ``state_dict``) on the next iteration,
-        on this or any other World."""
-        state = LoaderState.from_dict(obj)
+        on this or any other World, in this process and its DataLoader workers."""
+        worker_part = obj.get("astream_worker") if isinstance(obj, dict) else None
+        state = LoaderState.from_dict(
+            {k: v for k, v in obj.items() if k != "astream_worker"} if worker_part else obj
+        )
         changes: dict[str, Any] = {}
         for key in ("num_canonical_nodes", "shuffle_seed"):
             if getattr(state, key) != getattr(self.cfg, key):
@@ -307,8 +657,23 @@ class StreamingCore:
         if changes:
             self.cfg = self.cfg.replace(**changes)
             self._plans.clear()
-        self._resume = (state.epoch, state.sample_in_epoch)
-        self._pinned = None
+        if worker_part is not None:
+            if _worker() is None:
+                raise ConfigError(
+                    "this state was saved inside DataLoader worker "
+                    f"{worker_part.get('worker')}; load it in a worker (as torchdata's "
+                    "StatefulDataLoader does), or save with num_workers=0"
+                )
+            self._worker_resume = {
+                "epoch": state.epoch,
+                "start": state.sample_in_epoch,
+                "worker": int(worker_part["worker"]),
+                "num_workers": int(worker_part["num_workers"]),
+                "yielded": int(worker_part["yielded"]),
+            }
+            return
+        self._epochs.reset(*self._normal(state.epoch, state.sample_in_epoch))
+        self._worker_resume = self._worker_next = None
 
     def __repr__(self) -> str:
         where = ", ".join(_redact(s.remote or s.local) for s in self.catalog.sources)

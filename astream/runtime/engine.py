@@ -274,6 +274,52 @@ class Engine:
             tasks.add(task)
             task.add_done_callback(_forget_promotion(tasks))
 
+    # -- explicit cache control (the reference's evict_shard / evict_coldest_shard) -------------
+    def evict(self, s: int) -> int:
+        """Delete shard ``s``'s cached files under the cache lock; returns bytes freed."""
+        from astream.errors import CacheError
+        from astream.runtime.cache import _unlink
+        from astream.runtime.locks import FileLock
+
+        sf = self.catalog.shards[s].files
+        if not sf.evictable:
+            raise CacheError(
+                f"shard {s} ({sf.raw_path}) is local-only data with no remote copy: never evicted"
+            )
+        space = self.space
+        freed = [0]
+
+        def drop() -> None:
+            lk = FileLock(sf.pin_lock)
+            if not lk.try_exclusive():
+                raise CacheError(f"shard {s} ({sf.raw_path}) is being read right now")
+            try:
+                freed[0] += _unlink(sf.raw_path)
+                if sf.zip_path is not None and not sf.zip_is_source:
+                    freed[0] += _unlink(sf.zip_path)
+            finally:
+                lk.release()
+
+        space._locked(drop)
+        return freed[0]
+
+    def evict_coldest(self) -> int:
+        """Delete the least recently used evictable shard; returns bytes freed."""
+        from astream.errors import CacheError
+
+        space = self.space
+        freed = [0]
+
+        def drop() -> None:
+            freed[0] = space._evict(space._scan(), 1)[0]
+
+        space._locked(drop)
+        if not freed[0]:
+            raise CacheError(
+                "no shard can be evicted: none is cached, or all are local-only or being read"
+            )
+        return freed[0]
+
 
 def _forget_promotion(tasks: set[asyncio.Task[bool]]) -> Any:
     def done(task: asyncio.Task[bool]) -> None:

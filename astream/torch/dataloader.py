@@ -2,13 +2,18 @@
 
 Theory of operation
 -------------------
-Before it starts its workers, the loader settles in the main process which epoch runs and from
-which global position (a fresh epoch, or what ``load_state_dict`` asked for), and pins that on
-the dataset; the workers, being copies, all iterate that same epoch slice. The loader counts the
-samples it has handed out; ``state_dict`` turns that into a global position by multiplying by
-the number of (replica) ranks -- every rank consumes the same number of batches per step.
-Resuming on another World or with another ``num_workers`` works because the epoch plan deals
-any global position to any World.
+Before it starts (or, with ``persistent_workers=True``, resumes) its workers, the loader settles
+in the main process which epoch runs and from which global position (a fresh epoch, or what
+``load_state_dict`` asked for), and writes that into the epoch state the dataset shares with its
+workers (see :mod:`astream.dataset`); every worker's next iteration runs that epoch slice. The
+loader counts the samples it has handed out; ``state_dict`` turns that into a global position by
+multiplying by the number of (replica) ranks -- every rank consumes the same number of batches
+per step. Resuming on another World or with another ``num_workers`` works because the epoch plan
+deals any global position to any World.
+
+``len(loader)`` is the whole epoch's batches for this rank, before and after ``load_state_dict``
+(as the reference's, and as Lightning expects when it restores a loader mid-epoch);
+:meth:`StreamingDataLoader.remaining_len` is what is left of a resumed epoch.
 """
 
 from __future__ import annotations
@@ -47,11 +52,6 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
             raise ConfigError(
                 f"StreamingDataLoader needs an astream StreamingDataset, got {type(dataset)!r}"
             )
-        if kwargs.get("persistent_workers"):
-            raise ConfigError(
-                "persistent_workers=True is not supported yet: astream starts each epoch's "
-                "workers on the epoch the loader settled"
-            )
         super().__init__(dataset, *args, **kwargs)
         if dataset.batch_size is None and self.batch_size is not None:
             dataset.batch_size = self.batch_size
@@ -69,9 +69,8 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds: StreamingDataset = self.dataset  # type: ignore[assignment]
-        ds._pinned = None
         epoch, start = ds._take_epoch()
-        ds._pinned = (epoch, start)
+        gen = ds._epochs.reset(epoch, start)  # what every worker's next iteration runs
         self._start = start
         self.num_samples_yielded = 0
         try:
@@ -79,8 +78,16 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
                 self.num_samples_yielded += _batch_len(batch)
                 yield batch
         finally:
-            ds._pinned = None
             ds._current = (epoch, start)
+            if ds._epochs.generation() == gen:  # no set_epoch/load_state_dict since
+                ds._epochs.reset(epoch + 1, 0)
+
+    def remaining_len(self) -> int:
+        """Batches this rank's next iteration yields (fewer than ``len`` after resuming)."""
+        ds: StreamingDataset = self.dataset  # type: ignore[assignment]
+        n = ds.remaining_len()
+        bs = self.batch_size or 1
+        return n // bs if self.drop_last else -(-n // bs)
 
     def _ranks(self) -> int:
         ds: StreamingDataset = self.dataset  # type: ignore[assignment]
