@@ -1,0 +1,189 @@
+"""The Hugging Face ``Trainer`` on an astream ``StreamingDataset``: every sample once per epoch
+on any number of ranks, and exact resumption from astream's own state.
+
+Theory of operation
+-------------------
+Sharding. A plain ``Trainer`` hands its training DataLoader to accelerate, which treats an
+``IterableDataset`` as one stream for all ranks: either rank 0 iterates and dispatches slices of
+its batches (``dispatch_batches=True``, the default), or every rank iterates and keeps every
+``world_size``-th batch (``IterableDatasetShard``). astream already deals each rank its own
+part of the epoch, so the first sees only rank 0's part and the second splits it twice.
+:class:`StreamingTrainerMixin` builds a :class:`~astream.StreamingDataLoader` itself and does not
+pass it through ``accelerator.prepare``: rank sharding happens once, in astream, whatever the
+dispatch setting. The Trainer still moves each batch to the device (``_prepare_inputs``).
+
+Resumption. ``Trainer.train(resume_from_checkpoint=...)`` normally replays the batches of the
+interrupted epoch (``skip_first_batches``: every sample read and decoded again). The mixin saves
+the loader's ``state_dict()`` as ``astream_loader_state.json`` in every checkpoint folder
+(written by the process that saves the checkpoint; the state is the same on every rank), loads
+it into the new loader when training resumes, and turns the replay into a no-op for that loader
+only: the Trainer keeps its own step bookkeeping and the loader starts at the next unseen batch.
+
+A checkpoint folder without the state file (written by a plain ``Trainer``) is refused with a
+``ConfigError`` rather than replayed: the replay would bypass the astream loader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from astream.errors import ConfigError
+
+__all__ = ["STATE_FILE", "StreamingTrainer", "StreamingTrainerMixin", "detect_resharding"]
+
+STATE_FILE = "astream_loader_state.json"
+
+# (module prefix, class name) of the wrappers that split an IterableDataset between ranks again.
+_RESHARDERS = {
+    ("accelerate", "DataLoaderDispatcher"),
+    ("accelerate", "IterableDatasetShard"),
+    ("transformers", "IterableDatasetShard"),
+}
+
+
+def detect_resharding() -> str | None:
+    """The name of an accelerate/transformers wrapper on the call stack that splits an iterable
+    dataset between ranks (and so would split astream's per-rank stream a second time), or None.
+    Imports nothing; cheap enough to call once per epoch from ``__iter__``."""
+    f: Any = sys._getframe(1)
+    while f is not None:
+        me = f.f_locals.get("self")
+        if me is not None:
+            cls = type(me)
+            root = cls.__module__.split(".", 1)[0]
+            if (root, cls.__name__) in _RESHARDERS:
+                return f"{cls.__module__}.{cls.__name__}"
+        f = f.f_back
+    return None
+
+
+def _read_state(checkpoint: str) -> dict[str, Any]:
+    path = os.path.join(checkpoint, STATE_FILE)
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"resume_from_checkpoint={checkpoint!r}: no {STATE_FILE} in it (it was not written by "
+            "an astream StreamingTrainer), so the position in the epoch is unknown; resume from "
+            "a checkpoint a StreamingTrainer saved"
+        )
+    with open(path) as f:
+        state = json.load(f)
+    if not isinstance(state, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(state).__name__}")
+    return state
+
+
+def _write_state(folder: str, state: dict[str, Any]) -> None:
+    path = os.path.join(folder, STATE_FILE)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(state, f)
+    os.replace(tmp, path)
+
+
+class StreamingTrainerMixin:
+    """Mix into a ``transformers.Trainer`` subclass (before it) to train on an astream
+    ``StreamingDataset``. Any other ``train_dataset`` gets the Trainer's own behaviour."""
+
+    _astream_loader: Any = None
+    _astream_state: dict[str, Any] | None = None
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        from astream.torch.dataset import StreamingDataset
+
+        path = resume_from_checkpoint
+        if isinstance(path, bool):
+            from transformers.trainer_utils import get_last_checkpoint
+
+            path = get_last_checkpoint(self.args.output_dir) if path else None  # type: ignore[attr-defined]
+        streaming = isinstance(self.train_dataset, StreamingDataset)  # type: ignore[attr-defined]
+        self._astream_state = _read_state(path) if path and streaming else None
+        try:
+            return super().train(resume_from_checkpoint, *args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._astream_state = None
+
+    def get_train_dataloader(self) -> Any:
+        from astream.torch.dataloader import StreamingDataLoader
+        from astream.torch.dataset import StreamingDataset
+
+        ds = self.train_dataset  # type: ignore[attr-defined]
+        if not isinstance(ds, StreamingDataset):
+            return super().get_train_dataloader()  # type: ignore[misc]
+        a = self.args  # type: ignore[attr-defined]
+        collate = self._get_collator_with_removed_columns(  # type: ignore[attr-defined]
+            self.data_collator, description="Training"  # type: ignore[attr-defined]
+        )
+        params: dict[str, Any] = {
+            "batch_size": self._train_batch_size,  # type: ignore[attr-defined]
+            "collate_fn": collate,
+            "num_workers": a.dataloader_num_workers,
+            "pin_memory": a.dataloader_pin_memory,
+            "persistent_workers": a.dataloader_persistent_workers,
+            "prefetch_factor": a.dataloader_prefetch_factor,
+            "drop_last": a.dataloader_drop_last,
+        }
+        if a.dataloader_multiprocessing_context is not None:
+            params["multiprocessing_context"] = a.dataloader_multiprocessing_context
+        if not getattr(a, "dataloader_in_order", True):
+            params["in_order"] = False
+        loader = StreamingDataLoader(ds, **params)
+        if self._astream_state is not None:
+            loader.load_state_dict(self._astream_state)
+        self._astream_loader = loader
+        return loader
+
+    def _inner_training_loop(self, *args: Any, **kwargs: Any) -> Any:
+        # The Trainer replays the interrupted epoch's batches through accelerate's
+        # skip_first_batches (looked up in transformers.trainer's namespace at call time).
+        # For our loader, positioned by load_state_dict, the replay is a no-op.
+        import transformers.trainer as hf_trainer
+
+        replay: Callable[..., Any] = hf_trainer.skip_first_batches
+        mine = self
+
+        def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
+            if dataloader is not None and dataloader is mine._astream_loader:
+                return dataloader
+            return replay(dataloader, num_batches)
+
+        hf_trainer.skip_first_batches = skip_first_batches  # type: ignore[attr-defined]
+        try:
+            return super()._inner_training_loop(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            hf_trainer.skip_first_batches = replay  # type: ignore[attr-defined]
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)  # type: ignore[misc]
+        loader = self._astream_loader
+        if loader is None or not self.args.should_save:  # type: ignore[attr-defined]
+            return
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        folder = os.path.join(
+            self._get_output_dir(trial=trial),  # type: ignore[attr-defined]
+            f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}",  # type: ignore[attr-defined]
+        )
+        _write_state(folder, loader.state_dict())
+
+
+def __getattr__(name: str) -> Any:
+    # StreamingTrainer subclasses transformers.Trainer: built on first use, so importing this
+    # module (for the mixin or detect_resharding) does not import transformers.
+    if name == "StreamingTrainer":
+        from transformers import Trainer
+
+        cls = type(
+            "StreamingTrainer",
+            (StreamingTrainerMixin, Trainer),
+            {
+                "__module__": __name__,
+                "__doc__": "``transformers.Trainer`` with :class:`StreamingTrainerMixin`.",
+            },
+        )
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
