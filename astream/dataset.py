@@ -163,6 +163,12 @@ def _recorded(
         yield b
 
 
+def _yielded(cursor: list[Any]) -> int:
+    """Samples consumed so far, from an iteration's cursor (see ``Engine.iter_samples``)."""
+    done, it, size = cursor
+    return int(done) if it is None else int(done) + size - it.__length_hint__()
+
+
 def _skip(batches: Iterator[np.ndarray[Any, Any]], n: int) -> Iterator[np.ndarray[Any, Any]]:
     """``batches`` less their first ``n`` samples."""
     for b in batches:
@@ -262,7 +268,7 @@ class StreamingCore:
         )
         self._epochs = _Epochs()
         self._current: tuple[int, int] = (0, 0)  # (epoch, start) of this process's iteration
-        self._progress = [0]  # samples this process's latest iteration has yielded
+        self._progress: list[Any] = [0, None, 0]  # samples this process's iteration yielded
         self._worker_resume: dict[str, int] | None = None  # a worker's own loaded state
         self._worker_next: int | None = None  # a resumed worker's next epoch
         self._hot: tuple[int, Any] | None = None  # the sample an override's super() call gets
@@ -466,7 +472,7 @@ class StreamingCore:
             skip = 0
         place = detect(self.cfg.replication)
         batches = self.plan(epoch).worker_batches(place.world, place.rank, place.worker, start)
-        progress = [skip]
+        progress: list[Any] = [skip, None, 0]  # see Engine.iter_samples' cursor
         self._progress = progress
         return (_skip(batches, skip) if skip else batches), progress
 
@@ -476,20 +482,17 @@ class StreamingCore:
             ids: collections.deque[int] = collections.deque()
             samples = self.engine.iter_samples(_recorded(batches, ids))
             return self._through_override(samples, ids, progress)
-        return self._counted(self.engine.iter_samples(batches), progress, self.transform)
+        if self.transform is not None:
+            return self._transformed(self.engine.iter_samples(batches), progress, self.transform)
+        return self.engine.iter_samples(batches, progress)  # counts without a per-sample step
 
     @staticmethod
-    def _counted(
-        samples: Iterator[Any], progress: list[int], transform: Callable[[Any], Any] | None
+    def _transformed(
+        samples: Iterator[Any], progress: list[Any], transform: Callable[[Any], Any]
     ) -> Iterator[Any]:
-        if transform is None:
-            for x in samples:
-                progress[0] += 1
-                yield x
-        else:
-            for x in samples:
-                progress[0] += 1
-                yield transform(x)
+        for x in samples:
+            progress[0] += 1
+            yield transform(x)
 
     def _through(self, i: int, x: Any) -> Any:
         """``self[i]`` (the subclass's override; ``transform`` inside it) with the decoded ``x``."""
@@ -500,7 +503,7 @@ class StreamingCore:
             self._hot = None
 
     def _through_override(
-        self, samples: Iterator[Any], ids: collections.deque[int], progress: list[int]
+        self, samples: Iterator[Any], ids: collections.deque[int], progress: list[Any]
     ) -> Iterator[Any]:
         for x in samples:
             progress[0] += 1
@@ -624,10 +627,10 @@ class StreamingCore:
                 state["astream_worker"] = {
                     "worker": me[0],
                     "num_workers": me[1],
-                    "yielded": self._progress[0],
+                    "yielded": _yielded(self._progress),
                 }
                 return state
-            return self._state(epoch, start + self._progress[0] * world.num_ranks, world)
+            return self._state(epoch, start + _yielded(self._progress) * world.num_ranks, world)
         if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)):
             raise ConfigError(f"num_samples must be an int, got {num_samples!r}")
         pos = int(num_samples) if from_beginning else start + int(num_samples)

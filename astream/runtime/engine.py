@@ -119,8 +119,14 @@ class Engine:
         return await fetcher.download(self.catalog.shards[s], block=block)
 
     # -- iteration -----------------------------------------------------------------------------
-    def iter_samples(self, batches: Batches) -> Iterator[dict[str, Any]]:
-        """Decoded samples of ``batches`` in order (synchronous consumer)."""
+    def iter_samples(
+        self, batches: Batches, cursor: list[Any] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Decoded samples of ``batches`` in order (synchronous consumer).
+
+        ``cursor`` (``[samples of finished batches, iterator of the current batch, its size]``)
+        lets the caller count the samples consumed at no per-sample cost: the current batch's
+        list iterator knows how many of its items are left."""
         parts = self._parts()
         stats: Stats = parts["stats"]
         opener = self._opener()
@@ -149,7 +155,13 @@ class Engine:
                     # Never hold a pin while suspended: the DataLoader may park this worker
                     # for long, and another process may be waiting for exactly that shard.
                     opener.release_all()
-                yield from batch
+                if cursor is None:
+                    yield from batch
+                else:
+                    cursor[0] += cursor[2]
+                    cursor[1] = it = iter(batch)
+                    cursor[2] = len(batch)
+                    yield from it
         finally:
             pf.cancel()
             opener.release_all()
