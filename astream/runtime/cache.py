@@ -32,16 +32,44 @@ jobs pointed at the same directories -- shares it through the file system only:
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from astream.errors import CacheError
+from astream.errors import AstreamError, CacheError
 from astream.runtime.locks import FileLock, lock_path, waiters
 
-__all__ = ["CacheSpace", "ShardFiles", "TMP_MARK"]
+__all__ = ["CacheSpace", "ShardFiles", "TMP_MARK", "disk_error"]
 
 TMP_MARK = ".tmp-"
+
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_NO_WRITE = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def disk_error(
+    exc: OSError, path: str, *, root: str, need: int | None, limit: int | None
+) -> CacheError | None:
+    """The :class:`CacheError` for a full or unwritable cache directory (None: another error).
+
+    ``path`` is the file being written, ``root`` the cache directory, ``need`` the bytes the
+    operation needed there."""
+    if isinstance(exc, AstreamError) or exc.errno not in _NO_SPACE | _NO_WRITE:
+        return None
+    needed = "" if need is None else f" ({need} bytes needed"
+    if needed:
+        needed += f", cache_limit={limit})" if limit is not None else ", no cache_limit)"
+    if exc.errno in _NO_SPACE:
+        what = os.strerror(exc.errno).lower()
+        hint = (
+            "free space there, point `local` at a bigger disk, or set cache_limit below the "
+            "free space"
+        )
+    else:
+        what = "cannot write: " + os.strerror(exc.errno).lower()
+        hint = "make it writable by this user, or point `local` at a writable directory"
+    return CacheError(f"cache directory {root}: {what} writing {path}{needed}; {hint}")
 
 
 @dataclass(frozen=True)
@@ -90,6 +118,9 @@ class CacheSpace:
     def __init__(self, roots: Iterable[str], limit: int | None) -> None:
         self.roots = sorted({os.path.abspath(r) for r in roots})
         self.limit = limit
+        from astream.runtime.binding import hold_leases  # (binding imports this module)
+
+        hold_leases(self, self.roots)  # a lease per process that uses the cache, workers too
         self._shards: list[ShardFiles] = []
         self._by_path: dict[str, ShardFiles] = {}
         self._own_pins: dict[str, int] = {}

@@ -17,14 +17,31 @@ matches the new index are deleted, so a dataset rewritten in place is never serv
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from astream.core.index import Index, ShardEntry, parse_index
-from astream.errors import ConfigError, EmptyDatasetError, FormatError, MissingIndexError
-from astream.runtime.cache import ShardFiles
+from astream.errors import (
+    ConfigError,
+    EmptyDatasetError,
+    FormatError,
+    MissingIndexError,
+    StorageError,
+)
+from astream.runtime.binding import (
+    Binding,
+    hold_leases,
+    index_digest,
+    is_entry,
+    mark_entry,
+    new_dirs,
+    read_binding,
+    write_binding,
+)
+from astream.runtime.cache import ShardFiles, disk_error
 from astream.runtime.fetch import RemoteShard
 from astream.storage.base import ObjectStore
 
@@ -77,6 +94,8 @@ class Catalog:
             firsts.append(firsts[-1] + int(sizes.sum()))
         self.stream_starts = firsts
         self.max_footprint = max(s.files.footprint() for s in self.shards)
+        # this process uses these cache directories for as long as the catalog lives
+        hold_leases(self, [s.local for s in sources])
 
     def files(self) -> list[ShardFiles]:
         return [s.files for s in self.shards]
@@ -121,7 +140,8 @@ def _remote_shard(src: StreamSource, entry: ShardEntry) -> RemoteShard:
 
 
 async def load_index(store: ObjectStore | None, local: str) -> Index:
-    """The stream's index, revalidated against the remote when there is one."""
+    """The stream's index, revalidated against the remote when there is one, and ``local``
+    bound to that remote (see :mod:`astream.runtime.binding`)."""
     path = os.path.join(local, INDEX)
     if store is None:
         try:
@@ -132,39 +152,141 @@ async def load_index(store: ObjectStore | None, local: str) -> Index:
                 f"no {INDEX} at {path}: give `remote`, or point `local` at an MDS dataset"
             ) from None
         return parse_index(data, path)
-    data = await store.get_range(INDEX)
-    index = parse_index(data, store.url_for(INDEX))
+    remote = store.url
+    bound = read_binding(local)
+    if bound is not None and bound.remote != remote:
+        raise ConfigError(
+            f"local={local!r} is the cache of {bound.remote}; it cannot also hold {remote}: "
+            "give this dataset its own `local` (or leave local=None: one directory per remote), "
+            f"or delete {local} if the cache of {bound.remote} is no longer needed"
+        )
     try:
-        with open(path, "rb") as f:
-            old = f.read()
-    except FileNotFoundError:
-        old = None
-    if old != data:
-        os.makedirs(local, exist_ok=True)
-        if old is not None:
-            _drop_stale(local, index)
+        data = await store.get_range(INDEX)
+    except StorageError as exc:
+        warm = _warm_copy(local, bound)
+        if warm is None:
+            raise
+        warnings.warn(
+            f"the index of {remote} cannot be read ({exc}); streaming the complete cached copy "
+            f"in {local} ({len(warm.shards)} shards, bound to that remote)",
+            stacklevel=2,
+        )
+        return warm
+    index = parse_index(data, store.url_for(INDEX))
+    digest = index_digest(index)
+    old = _read(path)
+    old_index = _parse_or_none(old, path)
+    if bound is None and old is not None and old != data:
+        if old_index is None or index_digest(old_index) != digest:
+            raise ConfigError(
+                f"local={local!r} already holds a dataset (its {INDEX} differs from the one of "
+                f"{remote}) that no remote is bound to; astream will not overwrite it: give "
+                "`local` an empty or new directory"
+            )
+    if bound is None and old is None:
+        _refuse_orphans(local, index)
+    for d in new_dirs(local):
+        if not is_entry(d):
+            mark_entry(d, remote)
+    changed = bound is not None and bound.digest != digest
+    if old != data or changed:
+        if old is not None or changed:
+            # an unreadable old index: sizes decide; no old index but a binding to another
+            # version: nothing cached is known to match, every named file goes
+            _drop_stale(local, old_index, index, by_size=old_index is None and not changed)
         # the temporary copy lives under .astream/, which cache accounting never counts
-        tmpdir = os.path.join(local, ".astream")
-        os.makedirs(tmpdir, exist_ok=True)
-        tmp = os.path.join(tmpdir, f"{INDEX}.{os.getpid()}")
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        tmp = os.path.join(local, ".astream", f"{INDEX}.{os.getpid()}")
+        try:
+            os.makedirs(os.path.dirname(tmp), exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError as exc:
+            _unlink(tmp)
+            err = disk_error(exc, path, root=local, need=len(data), limit=None)
+            if err is None:
+                raise
+            raise err from exc
+    if bound is None or bound.digest != digest:
+        write_binding(local, Binding(remote, digest))
     return index
 
 
-def _drop_stale(local: str, index: Index) -> None:
-    """Delete cached shard files that no longer match the (new) index."""
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _parse_or_none(data: bytes | None, path: str) -> Index | None:
+    if data is None:
+        return None
+    try:
+        return parse_index(data, path)
+    except FormatError:
+        return None
+
+
+def _warm_copy(local: str, bound: Binding | None) -> Index | None:
+    """The cached index when ``local`` holds a complete copy of the dataset it is bound to:
+    the index is the one the binding names and every shard is there at its full size."""
+    if bound is None:
+        return None
+    path = os.path.join(local, INDEX)
+    index = _parse_or_none(_read(path), path)
+    if index is None or index_digest(index) != bound.digest:
+        return None
     for entry in index.shards:
+        try:
+            if os.stat(os.path.join(local, entry.raw_data.basename)).st_size != entry.raw_data.bytes:
+                return None
+        except FileNotFoundError:
+            return None
+    return index
+
+
+def _drop_stale(local: str, old: Index | None, new: Index, *, by_size: bool = False) -> None:
+    """Delete cached shard files that no longer match the (new) index: a shard whose index
+    entry changed at all (size, sample count, hashes, encodings); with ``by_size`` (the old
+    index is unreadable) a file whose size differs."""
+    same: set[str] = set()
+    if old is not None:
+        before = {e.raw_data.basename: e.to_json() for e in old.shards}
+        for e in new.shards:
+            if before.get(e.raw_data.basename) == e.to_json():
+                same.add(e.raw_data.basename)
+    for entry in new.shards:
+        keep = by_size or entry.raw_data.basename in same
         for info in (entry.raw_data, entry.zip_data):
             if info is None:
                 continue
             p = os.path.join(local, info.basename)
             try:
-                if os.stat(p).st_size != info.bytes:
+                if not keep or os.stat(p).st_size != info.bytes:
                     os.unlink(p)
             except FileNotFoundError:
                 pass
+
+
+def _refuse_orphans(local: str, index: Index) -> None:
+    """Shard files in a directory without an index or binding belong to no one we know."""
+    for entry in index.shards:
+        for info in (entry.raw_data, entry.zip_data):
+            if info is not None and os.path.exists(os.path.join(local, info.basename)):
+                raise ConfigError(
+                    f"local={local!r} holds {info.basename} but no {INDEX} and no binding: "
+                    "astream cannot tell which dataset it belongs to and will not serve or "
+                    "overwrite it; give `local` an empty or new directory"
+                )
 
 
 def check_hash_available(catalog: Catalog, algo: str) -> None:
