@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "MDSWriter": "astream.writer.mds",
+    **{w: "astream.writer.xsv" for w in ("JSONWriter", "CSVWriter", "TSVWriter", "XSVWriter")},
     "merge_index": "astream.writer.merge",
     "LocalDataset": "astream.local",
     "Stream": "astream.stream",

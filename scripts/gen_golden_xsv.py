@@ -45,10 +45,16 @@ def write_all() -> None:
 
     from streaming import MDSWriter
 
-    with tempfile.TemporaryDirectory() as tmp, MDSWriter(
-        out=os.path.join(tmp, "mds"), columns=MDS_CONFIG_COLUMNS, compression="zstd:7",
-        hashes=["md5", "sha1"], size_limit="1kb",
-    ) as w:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        MDSWriter(
+            out=os.path.join(tmp, "mds"),
+            columns=MDS_CONFIG_COLUMNS,
+            compression="zstd:7",
+            hashes=["md5", "sha1"],
+            size_limit="1kb",
+        ) as w,
+    ):
         configs["mds"] = w.get_config()
     with open(os.path.join(OUT, "get_config.json"), "w") as f:
         json.dump(configs, f, indent=1)

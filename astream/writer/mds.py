@@ -169,6 +169,20 @@ class MDSWriter:
             raise ConfigError(f"out: {local!r} exists and is not a directory")
         os.makedirs(local, exist_ok=True)
 
+    def get_config(self) -> dict[str, Any]:
+        """The shard-writing configuration: what the reference's ``get_config`` returns, keys
+        in its order (the shard's config JSON is this, with sorted keys)."""
+        return {
+            "version": 2,
+            "format": self.format,
+            "compression": self.compression,
+            "hashes": list(self.hashes),
+            "size_limit": self.size_limit,
+            "column_names": list(self._encoder.names),
+            "column_encodings": list(self._encoder.encodings),
+            "column_sizes": list(self._encoder.sizes),
+        }
+
     @property
     def shards(self) -> list[ShardEntry]:
         return list(self._shards)

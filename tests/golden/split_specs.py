@@ -14,7 +14,7 @@ from typing import Any
 ROWS_COLUMNS = {"id": "int", "name": "str", "score": "float"}
 WIDE_COLUMNS = {"zeta": "str", "alpha": "int", "mid": "float", "b_text": "str"}
 
-_WORDS = ["héllo", "日本語", "plain", "x", "", "with space", "quote\"d", "€uro", "a,b"]
+_WORDS = ["héllo", "日本語", "plain", "x", "", "with space", 'quote"d', "€uro", "a,b"]
 
 
 def rows(n: int, seed: int) -> list[dict[str, Any]]:
@@ -46,7 +46,9 @@ def json_rows(n: int, seed: int) -> list[dict[str, Any]]:
     """JSON may hold anything json encodes: newlines, tabs, commas, quotes inside strings."""
     base = wide(n, seed)
     for i, r in enumerate(base):
-        r["zeta"] = ["a\nb", "tab\there", "c,d|e", "q\"uote", "\\back", "日本\n語"][i % 6] * (i % 2 + 1)
+        r["zeta"] = ["a\nb", "tab\there", "c,d|e", 'q"uote', "\\back", "日本\n語"][i % 6] * (
+            i % 2 + 1
+        )
     return base
 
 
