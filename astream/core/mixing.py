@@ -170,10 +170,16 @@ class Pieces:
 
 
 def _partial(
-    sizes: I64, id_base: I64, shard_base: int, r: int, granularity: int, key: tuple[int, ...]
+    sizes: I64,
+    id_base: I64,
+    shard_base: int,
+    r: int,
+    granularity: int,
+    key: tuple[int, ...],
+    line_key: tuple[int, ...],
 ) -> PartialSelection:
     nz = np.flatnonzero(sizes)
-    order = nz[permutation(len(nz), *key, 0)]
+    order = nz[permutation(len(nz), *line_key, 0)]
     size = sizes[order]
     n = int(size.sum())
     if n * n >= 2**62:
@@ -195,8 +201,19 @@ def build_pieces(
     seed: int,
     partial_epoch: int,
     granularity: int,
+    index_order: bool = False,
+    line_epoch: int | None = None,
 ) -> tuple[list[Pieces], dict[int, PartialSelection]]:
-    """The pieces of each stream for one epoch, and the partial selections they refer to."""
+    """The pieces of each stream for one epoch, and the partial selections they refer to.
+
+    ``line_epoch`` (default ``partial_epoch``) seeds the shard line, hence how many samples
+    each shard gives; ``partial_epoch`` seeds the rotations, hence which ones. With
+    ``index_order`` the pieces come in index order: shard by shard, each shard's full copies,
+    then its partial picks in ascending id order (a rotated pick wraps around inside its shard,
+    so its piece is cut in two at the wrap).
+    """
+    if line_epoch is None:
+        line_epoch = partial_epoch
     per_stream: list[Pieces] = []
     partials: dict[int, PartialSelection] = {}
     id_off = shard_off = 0
@@ -227,21 +244,33 @@ def build_pieces(
                     r,
                     granularity,
                     (seed, PURPOSE_PARTIAL, partial_epoch, s),
+                    (seed, PURPOSE_PARTIAL, line_epoch, s),
                 )
                 partials[s] = sel
                 lo = sel.count_before(sel.starts[:-1])
                 hi = sel.count_before(sel.starts[1:])
+                if index_order:
+                    # item w is the first whose rotated offset wrapped past the shard's end
+                    wrap = np.clip(sel.count_before(sel.starts[1:] - sel.rot), lo, hi)
+                    lo, hi = np.concatenate([wrap, lo]), np.concatenate([hi, wrap])
+                    shard = np.concatenate([sel.shard, sel.shard])
+                else:
+                    shard = sel.shard
                 keep = np.flatnonzero(hi > lo)
                 parts.append(
                     Pieces(
                         (hi - lo)[keep],
                         np.ones(len(keep), np.int8),
                         lo[keep],
-                        sel.shard[keep],
+                        shard[keep],
                         np.full(len(keep), s, np.int32),
                     )
                 )
-        per_stream.append(Pieces.concat(parts))
+        joined = Pieces.concat(parts)
+        if index_order and len(joined.length):
+            # stable: full copies (tiled first) before the shard's partial pieces, wrap part first
+            joined = joined.take(np.argsort(joined.shard, kind="stable"))
+        per_stream.append(joined)
         id_off += n
         shard_off += len(sizes)
     return per_stream, partials

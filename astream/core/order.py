@@ -46,8 +46,15 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from astream.core.mixing import Pieces, build_pieces, choose_per_stream, largest_remainder
+from astream.core.mixing import (
+    PartialSelection,
+    Pieces,
+    build_pieces,
+    choose_per_stream,
+    largest_remainder,
+)
 from astream.core.partition import SubPlan, locality_bound
+from astream.core.shuffle import PURPOSE_BATCHES, permutation, raw_words
 from astream.core.world import World, check_positive_int
 from astream.errors import ConfigError
 
@@ -107,7 +114,8 @@ def _check_streams(streams: list[StreamSpec]) -> list[I64]:
     return sizes
 
 
-PARTITION_ALGOS = ("relaxed",)
+PARTITION_ALGOS = ("relaxed", "orig")
+BATCHING_METHODS = ("random", "stratified", "per_stream", "device_per_stream")
 
 
 def check_options(
@@ -115,19 +123,14 @@ def check_options(
 ) -> None:
     """Refuse unknown or unsupported order options with a ConfigError naming the argument.
 
-    ``partition_algo``: astream has one elastic partition, whose semantics are those of the
-    reference's default ``"relaxed"`` (see docs/order.md); ``"orig"`` is refused.
+    ``partition_algo``: ``"relaxed"`` (the default, as the reference's) deals the same global
+    order to any number of physical nodes; ``"orig"`` additionally requires
+    ``num_canonical_nodes`` and ``num_nodes`` to divide one another (see docs/order.md).
     """
     _check_options(shuffle_algo, sampling_method, batching_method)
-    if partition_algo == "orig":
-        raise ConfigError(
-            "partition_algo='orig' is not supported: astream's partition is always elastic "
-            "(the 'relaxed' semantics: a resume may change num_nodes and the global order is "
-            "kept); use partition_algo='relaxed'"
-        )
     if partition_algo not in PARTITION_ALGOS:
         raise ConfigError(
-            f"partition_algo: unknown algorithm {partition_algo!r} (astream supports 'relaxed')"
+            f"partition_algo: unknown algorithm {partition_algo!r} (use 'relaxed' or 'orig')"
         )
 
 
@@ -140,9 +143,7 @@ def _check_options(shuffle_algo: str, sampling_method: str, batching_method: str
         raise ConfigError(
             f"sampling_method: must be 'balanced' or 'fixed', got {sampling_method!r}"
         )
-    if batching_method in ("per_stream", "device_per_stream"):
-        raise ConfigError(f"batching_method={batching_method!r} is not supported yet")
-    if batching_method not in ("random", "stratified"):
+    if batching_method not in BATCHING_METHODS:
         raise ConfigError(f"batching_method: unknown method {batching_method!r}")
 
 
@@ -161,16 +162,22 @@ def plan_epoch(
     sampling_granularity: int = 1,
     batching_method: str = "random",
     global_batch_size: int | None = None,
+    partition_algo: str = "relaxed",
 ) -> EpochPlan:
     """Plan one epoch. Cost O(shards * (1 + repeats)); see the module docstring."""
     check_positive_int("seed", seed, minimum=0)
     check_positive_int("epoch", epoch, minimum=0)
     ncn = check_positive_int("num_canonical_nodes", num_canonical_nodes)
-    check_positive_int("batch_size", batch_size)
+    bs = check_positive_int("batch_size", batch_size)
     check_positive_int("sampling_granularity", sampling_granularity)
     if epoch_size is not None:
         check_positive_int("epoch_size", epoch_size)
-    _check_options(shuffle_algo, sampling_method, batching_method)
+    check_options(
+        shuffle_algo=shuffle_algo,
+        sampling_method=sampling_method,
+        batching_method=batching_method,
+        partition_algo=partition_algo,
+    )
     sizes = _check_streams(streams)
     block = default_block_size(sizes) if shuffle_block_size is None else shuffle_block_size
     check_positive_int("shuffle_block_size", block)
@@ -183,10 +190,25 @@ def plan_epoch(
     )
     if int(chosen.sum()) == 0:
         raise ConfigError("streams: the weights choose no sample at all for this epoch")
-    partial_epoch = epoch if sampling_method == "balanced" else 0
-    pieces, partials = build_pieces(
-        sizes, chosen, seed=seed, partial_epoch=partial_epoch, granularity=sampling_granularity
-    )
+    balanced = sampling_method == "balanced"
+    partial_epoch = epoch if balanced else 0
+    # the reference re-draws how many samples each shard gives only when shuffling (balanced);
+    # which samples inside a shard follow sampling_method alone
+    line_epoch = epoch if (balanced and shuffle) else 0
+    index_order = not shuffle
+
+    def pieces_for(counts: I64) -> tuple[list[Pieces], dict[int, PartialSelection]]:
+        return build_pieces(
+            sizes,
+            counts,
+            seed=seed,
+            partial_epoch=partial_epoch,
+            granularity=sampling_granularity,
+            index_order=index_order,
+            line_epoch=line_epoch,
+        )
+
+    pieces, partials = pieces_for(chosen)
     num_shards = sum(len(a) for a in sizes)
 
     def make(p: Pieces, sub: int) -> SubPlan:
@@ -202,24 +224,109 @@ def plan_epoch(
             num_shards=num_shards,
         )
 
+    common = partition_algo
     if batching_method == "random":
-        return EpochPlan([make(Pieces.concat(pieces), 0)], None, batch_size, block, ncn, sizes)
-    stratum = batch_size if global_batch_size is None else global_batch_size
+        return EpochPlan(
+            [make(Pieces.concat(pieces), 0)], None, bs, block, ncn, sizes, partition_algo=common
+        )
+    # the reference interleaves per-stream batches with a generator that changes per epoch only
+    # when shuffling with balanced sampling
+    order_key = (seed, PURPOSE_BATCHES, epoch if (balanced and shuffle) else 0)
+    if batching_method == "per_stream":
+        unit = bs if global_batch_size is None else global_batch_size
+        check_positive_int("global_batch_size", unit)
+        subs = [make(p, s + 1) for s, p in enumerate(pieces)]
+        full = np.array([sp.num_samples // unit for sp in subs], np.int64)
+        _check_full_batches(full, chosen, f"global batch (global_batch_size={unit})")
+        labels = _interleave(full, order_key)
+        return EpochPlan(
+            subs, None, bs, block, ncn, sizes, method="per_stream", unit=unit,
+            chunks=_chunk_table(labels, len(subs)), partition_algo=common,
+        )  # fmt: skip
+    if batching_method == "device_per_stream":
+        subs = [make(p, s + 1) for s, p in enumerate(pieces)]
+        return _device_per_stream(subs, chosen, bs, block, ncn, sizes, order_key, common)
+    stratum = bs if global_batch_size is None else global_batch_size
     check_positive_int("global_batch_size", stratum)
     relative = streams[0].proportion is not None
     weights = np.array([s.proportion for s in streams], np.float64) if relative else chosen
     k = _stratum_counts(stratum, weights.astype(np.float64), chosen)
-    full = min(int(c) // int(n) for c, n in zip(chosen, k) if n > 0)
-    if full == 0:
+    full_strata = min(int(c) // int(n) for c, n in zip(chosen, k) if n > 0)
+    if full_strata == 0:
         raise ConfigError(
             f"global_batch_size={stratum}: not even one full stratum fits in the epoch"
         )
-    # every stream contributes exactly `full` strata's worth: re-choose with those counts
-    pieces, partials = build_pieces(
-        sizes, k * full, seed=seed, partial_epoch=partial_epoch, granularity=sampling_granularity
-    )
+    # every stream contributes exactly `full_strata` strata's worth: re-choose with those counts
+    pieces, partials = pieces_for(k * full_strata)
     subs = [make(p, s + 1) for s, p in enumerate(pieces)]
-    return EpochPlan(subs, k, batch_size, block, ncn, sizes)
+    return EpochPlan(subs, k, bs, block, ncn, sizes, partition_algo=common)
+
+
+def _check_full_batches(full: I64, chosen: I64, what: str) -> None:
+    for s in np.flatnonzero((full == 0) & (chosen > 0)).tolist():
+        raise ConfigError(
+            f"streams[{s}]: its {int(chosen[s])} samples this epoch do not fill one {what}; "
+            "per-stream batching needs at least one full batch from every stream"
+        )
+
+
+def _interleave(counts: I64, key: tuple[int, ...]) -> NDArray[np.int32]:
+    """Stream labels, ``counts[s]`` of stream ``s``, in a seeded order."""
+    labels = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+    out: NDArray[np.int32] = labels[permutation(len(labels), *key)]
+    return out
+
+
+def _chunk_table(labels: NDArray[np.int32], num_streams: int) -> tuple[NDArray[np.int32], I64]:
+    """(stream, index among that stream's chunks) of every chunk in ``labels`` order."""
+    index = np.zeros(len(labels), np.int64)
+    for s in range(num_streams):
+        m = labels == s
+        index[m] = np.arange(int(m.sum()), dtype=np.int64)
+    return labels, index
+
+
+def _device_per_stream(
+    subs: list[SubPlan],
+    chosen: I64,
+    bs: int,
+    block: int,
+    ncn: int,
+    sizes: list[I64],
+    key: tuple[int, ...],
+    common: str,
+) -> EpochPlan:
+    """Chunks of ``bs`` samples, each from one stream and one canonical node.
+
+    Canonical node ``c`` cuts each stream's part of it into whole device batches, puts them in
+    a seeded stream order, and keeps its first ``C`` (``C`` = the fewest any node has, so every
+    node gives the same count); chunk ``q`` of the epoch is chunk ``q // ncn`` of node ``q % ncn``.
+    """
+    nodes = np.arange(ncn, dtype=np.int64)
+    per = np.stack([np.asarray(sp.node_len(nodes)) // bs for sp in subs])  # (streams, ncn)
+    _check_full_batches(per.sum(axis=1), chosen, f"device batch (batch_size={bs})")
+    count = int(per.sum(axis=0).min())
+    if count == 0:
+        c = int(np.argmin(per.sum(axis=0)))
+        raise ConfigError(
+            f"batching_method='device_per_stream': canonical node {c} of num_canonical_nodes="
+            f"{ncn} holds no full device batch (batch_size={bs}) of any stream; lower "
+            "num_canonical_nodes or batch_size"
+        )
+    node = np.repeat(np.tile(nodes, len(subs)), per.ravel())
+    stream = np.repeat(np.repeat(np.arange(len(subs), dtype=np.int32), ncn), per.ravel())
+    # index of each chunk among its (node, stream): generated in order, so a running count
+    first = np.concatenate([[0], np.cumsum(per.ravel())[:-1]])
+    index = np.arange(len(node), dtype=np.int64) - np.repeat(first, per.ravel())
+    words = raw_words(len(node), *key)
+    order = np.lexsort((words, node))  # grouped by node, seeded order inside
+    node_first = np.concatenate([[0], np.cumsum(per.sum(axis=0))[:-1]])
+    take = (node_first[:, None] + np.arange(count)[None, :]).T.ravel()  # chunk q -> row
+    rows = order[take]
+    return EpochPlan(
+        subs, None, bs, block, ncn, sizes, method="device_per_stream", unit=bs,
+        chunks=(stream[rows], index[rows]), partition_algo=common,
+    )  # fmt: skip
 
 
 def _stratum_counts(stratum: int, weights: NDArray[np.float64], chosen: I64) -> I64:
@@ -243,14 +350,25 @@ class EpochPlan:
         block_size: int,
         ncn: int,
         sizes: list[I64],
+        *,
+        partition_algo: str = "relaxed",
+        method: str | None = None,
+        unit: int = 1,
+        chunks: tuple[NDArray[np.int32], I64] | None = None,
     ) -> None:
         self._subs = subs
         self._strata = strata
         self.batch_size = batch_size
         self.block_size = block_size
         self.num_canonical_nodes = ncn
+        self.partition_algo = partition_algo
+        self.batching_method = method or ("random" if strata is None else "stratified")
+        self._unit = unit
+        self._chunks = chunks
         self._shard_ends = np.cumsum(np.concatenate(sizes)).astype(np.int64)
-        if strata is None:
+        if chunks is not None:
+            self.num_samples = len(chunks[0]) * unit
+        elif strata is None:
             self.num_samples = subs[0].num_samples
         else:
             self.num_samples = sum(s.num_samples for s in subs)
@@ -258,13 +376,16 @@ class EpochPlan:
 
     # -- the global sequence -------------------------------------------------------------------
     def global_ids(self, start: int, stop: int) -> I64:
-        """Ids at global positions ``[start, stop)``; positions >= num_samples are padding."""
+        """Ids at global positions ``[start, stop)`` (positions >= num_samples: see ids_at)."""
         return self.ids_at(np.arange(start, stop, dtype=np.int64))
 
     def ids_at(self, pos: I64) -> I64:
-        """Ids at arbitrary global positions (padding: ``G[(p - N) mod N]`` for ``p >= N``)."""
+        """Ids at global positions (a position ``p >= N`` reads ``G[(p - N) mod N]``; dealing
+        never asks for one: its padding reads real positions, see ``rank_positions``)."""
         n = self.num_samples
         pos = np.where(pos >= n, (pos - n) % n, pos)
+        if self._chunks is not None:
+            return self._chunk_ids(pos)
         if self._strata is None:
             return self._subs[0].ids_at(pos)
         u = int(self._strata.sum())
@@ -274,6 +395,23 @@ class EpochPlan:
         for s in np.unique(s_of).tolist():
             m = s_of == s
             out[m] = self._subs[s].ids_at(q[m] * self._strata[s] + o[m] - self._cum[s])
+        return out
+
+    def _chunk_ids(self, pos: I64) -> I64:
+        assert self._chunks is not None
+        stream, index = self._chunks
+        u = self._unit
+        q, o = pos // u, pos % u
+        s_of = stream[q]
+        out = np.empty_like(pos)
+        for s in np.unique(s_of).tolist():
+            m = s_of == s
+            if self.batching_method == "per_stream":
+                out[m] = self._subs[s].ids_at(index[q[m]] * u + o[m])
+            else:  # device_per_stream: chunk q is chunk index[q] of canonical node q % ncn
+                ncn = self.num_canonical_nodes
+                t = index[q[m]] * u + o[m]
+                out[m] = self._subs[s].ids_at(t * ncn + q[m] % ncn)
         return out
 
     def shard_of(self, ids: I64) -> I64:
@@ -287,37 +425,103 @@ class EpochPlan:
 
     # -- dealing to a World --------------------------------------------------------------------
     def _deal(self, world: World, start: int) -> tuple[int, int]:
+        """(ranks, units per rank from ``start``): samples, or device batches for
+        device_per_stream. Every rank gets the same count (see "Padding")."""
         check_positive_int("start", start, minimum=0)
-        if start > self.num_samples:
-            raise ConfigError(f"start={start} is past the epoch's {self.num_samples} samples")
+        n = self.num_samples
+        if start > n:
+            raise ConfigError(f"start={start} is past the epoch's {n} samples")
         ncn, p = self.num_canonical_nodes, world.num_nodes
-        if ncn % p and p % ncn:
+        if self.partition_algo == "orig" and ncn % p and p % ncn:
             raise ConfigError(
                 f"num_canonical_nodes={ncn} is incompatible with num_nodes={p}: one must divide "
-                "the other"
+                "the other (partition_algo='orig'; 'relaxed' accepts any num_nodes)"
             )
-        gb = self.batch_size * world.num_ranks
-        remaining = self.num_samples - start
-        return gb, -(-remaining // gb)
+        r = world.num_ranks
+        gb = self.batch_size * r
+        if self.batching_method == "per_stream":
+            if self._unit % gb:
+                raise ConfigError(
+                    f"batching_method='per_stream': the plan's global batch of {self._unit} "
+                    f"samples is not a multiple of batch_size * num_ranks = {gb}; plan with "
+                    "global_batch_size equal to the training global batch"
+                )
+            if start % gb:
+                raise ConfigError(
+                    f"start={start}: batching_method='per_stream' resumes only at a whole "
+                    f"global batch (a multiple of {gb})"
+                )
+        if self.batching_method == "device_per_stream":
+            if start % self.batch_size:
+                raise ConfigError(
+                    f"start={start}: batching_method='device_per_stream' resumes only at a "
+                    f"whole device batch (a multiple of batch_size={self.batch_size})"
+                )
+            return r, -(-((n - start) // self.batch_size) // r)
+        return r, -(-(n - start) // r)
 
     def padded_num_samples(self, world: World, start: int = 0) -> int:
-        """Positions dealt from ``start`` on, padding included (a multiple of the global batch)."""
-        gb, nb = self._deal(world, start)
-        return gb * nb
+        """Samples dealt to all ranks together from ``start`` on, padding included."""
+        r, c = self._deal(world, start)
+        return r * c * (self.batch_size if self.batching_method == "device_per_stream" else 1)
 
     def rank_num_samples(self, world: World, global_rank: int, start: int = 0) -> int:
         """Samples rank ``global_rank`` yields from ``start`` on (the same for every rank)."""
         world.check_rank(global_rank)
-        return self._deal(world, start)[1] * self.batch_size
+        _, c = self._deal(world, start)
+        return c * (self.batch_size if self.batching_method == "device_per_stream" else 1)
+
+    def _rank_batches(self, world: World, start: int) -> int:
+        _, c = self._deal(world, start)
+        if self.batching_method == "device_per_stream":
+            return c
+        return -(-c // self.batch_size)
 
     def rank_positions(self, world: World, global_rank: int, batch: int, start: int = 0) -> I64:
-        """Global positions of batch number ``batch`` of a rank (counted from ``start``)."""
-        gb = self.batch_size * world.num_ranks
+        """Global positions of batch number ``batch`` of a rank (counted from ``start``).
+
+        Padding reads real positions (see the module docstring), so every returned position is
+        below ``num_samples``; the rank's last batch may be shorter than ``batch_size``.
+        """
+        r, c = self._deal(world, start)
         node, local = divmod(world.check_rank(global_rank), world.ranks_per_node)
         slot = node + world.num_nodes * local
-        i = np.arange(self.batch_size, dtype=np.int64)
-        out: I64 = start + batch * gb + slot + world.num_ranks * i
-        return out
+        bs, n = self.batch_size, self.num_samples
+        if self.batching_method == "device_per_stream":
+            first, total = start // bs, n // bs
+            q = first + batch * r + slot
+            if q >= total:  # padding: the chunk this slot had one global batch earlier
+                q = q - r if q - r >= first else first + slot % (total - first)
+            out: I64 = q * bs + np.arange(bs, dtype=np.int64)
+            return out
+        i = np.arange(batch * bs, min((batch + 1) * bs, c), dtype=np.int64)
+        pos: I64 = start + i * r + slot
+        if len(pos) and pos[-1] >= n:
+            pos[-1] = self._pad_source(world, slot, start, c)
+        return pos
+
+    def _pad_source(self, world: World, slot: int, start: int, c: int) -> int:
+        """The real position a pad of ``slot`` (its last sample) repeats.
+
+        As the reference: each physical node's remaining sequence (positions ``= node`` mod
+        ``num_nodes``) is dealt round-robin to its ranks; the ranks short of a sample in the last
+        row take, in order, the node's samples from ``L - 2 * rpn + 1 + local`` on (a few rows
+        back, so never a rank's own last sample), or the node's first samples when it has fewer
+        than ``2 * rpn - 1``.
+        """
+        pn, rpn = world.num_nodes, world.ranks_per_node
+        m = self.num_samples - start
+        node, local = slot % pn, slot // pn
+        length = max(0, -(-(m - node) // pn))  # the node's remaining samples
+        if length == 0:  # fewer remaining samples than nodes: any real one
+            return start + ((c - 1) * world.num_ranks + slot) % m
+        have = length - (c - 1) * rpn  # real samples in the node's last row
+        short = rpn - have
+        if rpn + short - 1 <= length:
+            t = length - rpn - short + 1 + (local - have)
+        else:
+            t = (local - have) % length
+        return start + node + pn * t
 
     def worker_batches(
         self, world: World, global_rank: int, worker: int, start: int = 0
@@ -325,16 +529,18 @@ class EpochPlan:
         """Batches worker ``worker`` of ``global_rank`` yields: rank batches ``worker::W``."""
         world.check_rank(global_rank)
         world.check_worker(worker)
-        _, nb = self._deal(world, start)
+        nb = self._rank_batches(world, start)
         return self._iter(world, global_rank, worker, start, nb)
 
     def _iter(self, world: World, rank: int, worker: int, start: int, nb: int) -> Iterator[I64]:
-        step, bs = world.workers_per_rank, self.batch_size
+        step = world.workers_per_rank
         mine = range(worker, nb, step)
         chunk = 64
         for lo in range(0, len(mine), chunk):
             batches = mine[lo : lo + chunk]
-            pos = np.concatenate([self.rank_positions(world, rank, b, start) for b in batches])
-            ids = self.ids_at(pos)
-            for j in range(len(batches)):
-                yield ids[j * bs : (j + 1) * bs]
+            parts = [self.rank_positions(world, rank, b, start) for b in batches]
+            ids = self.ids_at(np.concatenate(parts))
+            at = 0
+            for part in parts:
+                yield ids[at : at + len(part)]
+                at += len(part)

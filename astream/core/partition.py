@@ -76,17 +76,36 @@ class SubPlan:
         if shuffle and len(pieces.length):
             shard_key = raw_words(num_shards, seed, PURPOSE_RUN)
             pieces = pieces.take(np.argsort(shard_key[pieces.shard], kind="stable"))
-        self.num_samples = n = int(pieces.length.sum())
-        ends = np.cumsum(pieces.length)
-        node_len = (n - np.arange(ncn, dtype=np.int64) + ncn - 1) // ncn
-        node_start = np.concatenate([[0], np.cumsum(node_len)]).astype(np.int64)
-        self.node_len = node_len
-        self._nodes: list[tuple[I64, Pieces]] = []
-        for c in range(ncn):
-            lo, hi = int(node_start[c]), int(node_start[c + 1])
-            if hi == lo:
-                self._nodes.append((np.zeros(1, np.int64), pieces.take(np.zeros(0, np.int64))))
-                continue
+        self.num_samples = int(pieces.length.sum())
+        self._pieces = pieces
+        self._ends = np.cumsum(pieces.length)
+        # canonical nodes are cut lazily: only the nodes a position touches cost anything, so
+        # planning is never O(ncn) (ncn may be far larger than the epoch)
+        self._nodes: dict[int, tuple[I64, Pieces]] = {}
+        self._blocks: OrderedDict[tuple[int, int], NDArray[np.signedinteger]] = OrderedDict()
+        self._cached = 0
+        self._lock = threading.Lock()  # a prefetcher thread and the consumer may share a plan
+
+    def node_len(self, c: int | I64) -> int | I64:
+        """Positions of canonical node(s) ``c``: ``ceil((N - c) / ncn)`` (O(1), vectorised)."""
+        out: int | I64 = (self.num_samples - c + self.ncn - 1) // self.ncn
+        return out
+
+    def node_start(self, c: int) -> int:
+        """First position of node ``c`` in the run layout: ``sum(node_len(0..c-1))``."""
+        q, r = divmod(self.num_samples, self.ncn)
+        return c * q + min(c, r)
+
+    def _node(self, c: int) -> tuple[I64, Pieces]:
+        hit = self._nodes.get(c)
+        if hit is not None:
+            return hit
+        pieces, ends = self._pieces, self._ends
+        lo = self.node_start(c)
+        hi = lo + int(self.node_len(c))
+        if hi == lo:
+            node = (np.zeros(1, np.int64), pieces.take(np.zeros(0, np.int64)))
+        else:
             first = int(np.searchsorted(ends, lo, side="right"))
             last = int(np.searchsorted(ends, hi, side="left"))
             part = pieces.take(np.arange(first, last + 1))
@@ -94,13 +113,13 @@ class SubPlan:
             part.a[0] += cut_head
             part.length[0] -= cut_head
             part.length[-1] -= int(ends[last]) - hi
-            if shuffle:
+            if self.shuffle:
+                seed, epoch, sub = self._key
                 part = part.take(permutation(len(part.length), seed, PURPOSE_NODE, epoch, sub, c))
             starts = np.concatenate([[0], np.cumsum(part.length)]).astype(np.int64)
-            self._nodes.append((starts, part))
-        self._blocks: OrderedDict[tuple[int, int], NDArray[np.signedinteger]] = OrderedDict()
-        self._cached = 0
-        self._lock = threading.Lock()  # a prefetcher thread and the consumer may share a plan
+            node = (starts, part)
+        self._nodes[c] = node
+        return node
 
     def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
@@ -120,7 +139,7 @@ class SubPlan:
         if hit is not None:
             self._blocks.move_to_end((c, b))
             return hit
-        size = min(self.block_size, int(self.node_len[c]) - b * self.block_size)
+        size = min(self.block_size, int(self.node_len(c)) - b * self.block_size)
         seed, epoch, sub = self._key
         perm = permutation(size, seed, PURPOSE_BLOCK, epoch, sub, c, b)
         small = perm.astype(np.int32) if size < 2**31 else perm
@@ -145,7 +164,7 @@ class SubPlan:
 
     def node_ids(self, c: int, t: I64) -> I64:
         """Ids at positions ``t`` of canonical node ``c``."""
-        starts, part = self._nodes[c]
+        starts, part = self._node(c)
         u = self.node_order(c, t)
         k = np.searchsorted(starts, u, side="right") - 1
         key = part.a[k] + (u - starts[k])
@@ -161,7 +180,7 @@ class SubPlan:
 
     def node_shards(self, c: int, t: I64) -> I64:
         """Shard indices at positions ``t`` of canonical node ``c``."""
-        starts, part = self._nodes[c]
+        starts, part = self._node(c)
         k = np.searchsorted(starts, self.node_order(c, t), side="right") - 1
         shards: I64 = part.shard[k]
         return shards

@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 __all__ = [
+    "PURPOSE_BATCHES",
     "PURPOSE_BLOCK",
     "PURPOSE_NODE",
     "PURPOSE_PARTIAL",
@@ -44,6 +45,7 @@ PURPOSE_RUN: Final = 1  # per run: the order shards are laid out in before the n
 PURPOSE_NODE: Final = 2  # per epoch and canonical node: the order of its pieces
 PURPOSE_BLOCK: Final = 3  # per epoch, node and block: the permutation inside the block
 PURPOSE_PARTIAL: Final = 4  # per epoch (or run) and stream: which samples a partial repeat takes
+PURPOSE_BATCHES: Final = 5  # per epoch (or run): the stream order of per-stream batches
 
 
 def bit_generator(*key: int) -> np.random.PCG64:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ from astream.core.order import StreamSpec, plan_epoch
 from astream.core.world import World
 from astream.errors import ConfigError
 
-from .helpers import plan
+from .helpers import expected_global_batches, global_batches, plan
 
 
 def spec(sizes, **kw):
@@ -35,7 +37,10 @@ def test_reference_algorithms_not_supported_yet(algo):
         ({"seed": 1.5}, "seed must be an int, got float 1.5"),
         ({"shuffle_algo": "fast"}, "shuffle_algo: unknown algorithm 'fast'"),
         ({"sampling_method": "x"}, "sampling_method: must be 'balanced' or 'fixed', got 'x'"),
-        ({"batching_method": "per_stream"}, "batching_method='per_stream' is not supported yet"),
+        (
+            {"partition_algo": "x"},
+            "partition_algo: unknown algorithm 'x' (use 'relaxed' or 'orig')",
+        ),
         ({"batching_method": "zig"}, "batching_method: unknown method 'zig'"),
     ],
 )
@@ -125,15 +130,24 @@ def test_zero_sample_shards_are_skipped_not_errors():
     assert sorted(p.shard_of(np.arange(5)).tolist()) == [1, 1, 1, 3, 3]
 
 
-def test_world_incompatible_with_canonical_nodes():
-    p = plan([10, 10], num_canonical_nodes=4)
+def test_world_incompatible_with_canonical_nodes_under_orig():
+    p = plan([10, 10], num_canonical_nodes=4, partition_algo="orig")
     with pytest.raises(ConfigError) as e:
         next(p.worker_batches(World(3, 1, 1), 0, 0))
     assert str(e.value) == (
-        "num_canonical_nodes=4 is incompatible with num_nodes=3: one must divide the other"
+        "num_canonical_nodes=4 is incompatible with num_nodes=3: one must divide the other "
+        "(partition_algo='orig'; 'relaxed' accepts any num_nodes)"
     )
     p.rank_num_samples(World(8, 1, 1), 7)  # 4 divides 8: fine
     p.rank_num_samples(World(2, 1, 1), 1)  # 2 divides 4: fine
+
+
+def test_relaxed_deals_the_same_global_order_to_any_num_nodes():
+    p = plan([10, 10], num_canonical_nodes=4, batch_size=2)  # partition_algo="relaxed"
+    got = global_batches(p, World(3, 1, 1))
+    assert got == expected_global_batches(p, World(3, 1, 1))
+    g = p.global_ids(0, 20)
+    assert got[:3] == [Counter(g[j : j + 6].tolist()) for j in range(0, 18, 6)]
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,16 @@ from hypothesis import strategies as st
 
 from astream.core.world import World
 
-from .helpers import WORLDS_8, global_batches, plan, planned_rank_sequence, round_robin, shard_sizes
+from .helpers import (
+    WORLDS_8,
+    expected_global_batches,
+    global_batches,
+    plan,
+    planned_rank_sequence,
+    reference_deal,
+    round_robin,
+    shard_sizes,
+)
 
 NCNS = st.sampled_from([1, 2, 4, 8])
 BLOCKS = st.one_of(st.none(), st.integers(1, 50))
@@ -39,11 +48,17 @@ def test_global_batches_identical_on_every_world(sizes, ncn, bs, shuffle, block,
     kw = dict(num_canonical_nodes=ncn, shuffle=shuffle, shuffle_block_size=block, seed=seed)
     reference = global_batches(plan(sizes, batch_size=8 * bs, **kw), World(1, 1, 1))
     p = plan(sizes, batch_size=bs, **kw)
-    g = p.global_ids(0, p.padded_num_samples(World(1, 8, 1)))
-    expected = [Counter(g[j : j + 8 * bs].tolist()) for j in range(0, len(g), 8 * bs)]
-    assert reference == expected
+    g = p.global_ids(0, p.num_samples)
+    # one rank: exactly the epoch, cut into batches, the last one partial; no padding at all
+    assert reference == [Counter(g[j : j + 8 * bs].tolist()) for j in range(0, len(g), 8 * bs)]
+    pad = -p.num_samples % 8
     for world in WORLDS_8:
-        assert global_batches(p, world) == expected, world
+        got = global_batches(p, world)
+        assert got == expected_global_batches(p, world), world
+        # the same global batches as on one rank; the last one also holds the < 8 pad samples
+        assert got[:-1] == reference[:-1]
+        assert reference[-1] - got[-1] == Counter()
+        assert sum((got[-1] - reference[-1]).values()) == pad
 
 
 @SETTINGS
@@ -52,65 +67,72 @@ def test_global_batches_identical_on_every_world(sizes, ncn, bs, shuffle, block,
     NCNS,
     st.integers(1, 3),
     st.booleans(),
-    st.sampled_from([*WORLDS_8, World(2, 2, 3)]),
+    st.sampled_from([*WORLDS_8, World(2, 2, 3), World(3, 2, 2)]),
+    st.data(),
 )
-def test_round_robin_reproduces_rank_sequence(sizes, ncn, bs, shuffle, world):
+def test_round_robin_reproduces_rank_sequence(sizes, ncn, bs, shuffle, world, data):
     p = plan(sizes, num_canonical_nodes=ncn, batch_size=bs, shuffle=shuffle, shuffle_block_size=7)
+    start = data.draw(st.integers(0, p.num_samples))
+    ref = reference_deal(p.num_samples, world, start)
     for rank in range(world.num_ranks):
-        got = [i for b in round_robin(p, world, rank) for i in b.tolist()]
-        assert got == planned_rank_sequence(p, world, rank)
-        assert len(got) == p.rank_num_samples(world, rank)
+        got = [i for b in round_robin(p, world, rank, start) for i in b.tolist()]
+        assert got == planned_rank_sequence(p, world, rank, start)
+        assert got == p.ids_at(np.array(ref[rank], np.int64)).tolist()
+        assert len(got) == p.rank_num_samples(world, rank, start)
 
 
 @SETTINGS
 @given(shard_sizes, NCNS, st.integers(1, 4), st.booleans(), st.data())
-def test_padding_only_at_end_and_from_epoch_start(sizes, ncn, bs, shuffle, data):
+def test_padding_only_where_needed(sizes, ncn, bs, shuffle, data):
     p = plan(sizes, num_canonical_nodes=ncn, batch_size=bs, shuffle=shuffle)
-    world = data.draw(st.sampled_from(WORLDS_8))
-    n, gb = p.num_samples, bs * world.num_ranks
+    world = data.draw(st.sampled_from([*WORLDS_8, World(1, 1, 1), World(1, 1, 3)]))
+    n, r = p.num_samples, world.num_ranks
     start = data.draw(st.integers(0, n))
     total = p.padded_num_samples(world, start)
-    assert total == -(-(n - start) // gb) * gb and total - (n - start) < gb
-    seq = p.global_ids(start, start + total)
-    # the real samples come first, each exactly once, then the pad repeats the epoch's start
-    assert sorted(seq[: n - start].tolist()) == sorted(p.global_ids(start, n).tolist())
-    pad = seq[n - start :].tolist()
-    assert pad == [p.global_ids(0, n)[i % n] for i in range(len(pad))]
-    dealt = Counter(
-        i
-        for r in range(world.num_ranks)
-        for b in round_robin(p, world, r, start)
-        for i in b.tolist()
-    )
-    assert dealt == Counter(seq.tolist())
+    # every rank yields ceil(remaining / ranks): fewer than `ranks` pad samples in all
+    assert total == -(-(n - start) // r) * r and total - (n - start) < r
+    per_rank = [[i for b in round_robin(p, world, k, start) for i in b.tolist()] for k in range(r)]
+    assert {len(x) for x in per_rank} == {total // r}
+    assert all(p.rank_num_samples(world, k, start) == total // r for k in range(r))
+    # every remaining sample exactly once; pads only as a rank's very last sample, repeating
+    # a remaining sample
+    dealt = Counter(i for x in per_rank for i in x)
+    real = Counter(p.global_ids(start, n).tolist())
+    assert real - dealt == Counter()
+    assert sum((dealt - real).values()) == total - (n - start)
+    assert set(dealt) == set(real)
+    if r == 1:
+        assert per_rank[0] == p.global_ids(start, n).tolist()  # one rank: exactly the suffix
 
 
 @SETTINGS
 @given(shard_sizes, NCNS, st.integers(1, 3), st.booleans(), st.data())
 def test_resume_is_the_suffix_on_any_world(sizes, ncn, bs, shuffle, data):
     p = plan(sizes, num_canonical_nodes=ncn, batch_size=bs, shuffle=shuffle, shuffle_block_size=5)
-    first, second = data.draw(st.sampled_from(WORLDS_8)), data.draw(st.sampled_from(WORLDS_8))
+    first = data.draw(st.sampled_from(WORLDS_8))
+    second = data.draw(st.sampled_from([*WORLDS_8, World(3, 1, 2), World(1, 1, 1)]))
     gb = bs * first.num_ranks
     n = p.num_samples
-    # stop after some global batches on `first`, resume on `second` at the samples consumed
-    stop_batches = data.draw(st.integers(0, -(-n // gb)))
-    start = min(stop_batches * gb, n)
+    # stop after some full global batches on `first`, resume on `second` at the samples consumed
+    stop_batches = data.draw(st.integers(0, n // gb))
+    start = stop_batches * gb
     before = global_batches(p, first)[:stop_batches]
     after = global_batches(p, second, start)
-    uninterrupted = p.global_ids(0, n)
     consumed = sum(before, Counter())
     resumed = sum(after, Counter())
-    assert consumed == Counter(p.global_ids(0, stop_batches * gb).tolist())
-    # the resumed run yields exactly the suffix from `start` (plus its own end padding)
-    real = Counter(uninterrupted[start:].tolist())
-    assert resumed - real == Counter(
-        p.global_ids(n, n + p.padded_num_samples(second, start) - (n - start)).tolist()
-    )
+    assert consumed == Counter(p.global_ids(0, start).tolist())
+    # the resumed run yields exactly the suffix from `start` (plus its own < ranks pads)
+    real = Counter(p.global_ids(start, n).tolist())
     assert real - resumed == Counter()
+    pads = resumed - real
+    assert sum(pads.values()) == p.padded_num_samples(second, start) - (n - start)
+    assert set(pads) <= set(real)
     # and batch by batch it is the suffix of the global sequence
-    g = p.global_ids(start, start + p.padded_num_samples(second, start))
+    assert after == expected_global_batches(p, second, start)
+    g = p.global_ids(start, n)
     gb2 = bs * second.num_ranks
-    assert after == [Counter(g[j : j + gb2].tolist()) for j in range(0, len(g), gb2)]
+    for j, batch in enumerate(after[:-1]):
+        assert batch == Counter(g[j * gb2 : (j + 1) * gb2].tolist())
 
 
 @SETTINGS
