@@ -130,7 +130,7 @@ def check_options(
     _check_options(shuffle_algo, sampling_method, batching_method)
     if partition_algo not in PARTITION_ALGOS:
         raise ConfigError(
-            f"partition_algo: unknown algorithm {partition_algo!r} (use 'relaxed' or 'orig')"
+            f"partition_algo={partition_algo!r} is not supported: use 'relaxed' or 'orig'"
         )
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -166,14 +167,36 @@ class Engine:
             pf.cancel()
             opener.release_all()
 
-    async def aiter_samples(self, batches: Batches) -> AsyncIterator[dict[str, Any]]:
-        """The same samples, on the caller's event loop."""
+    async def aiter_batches(
+        self, batches: Batches, *, io: str = "thread", slice_s: float = 0.002
+    ) -> AsyncIterator[list[Any]]:
+        """Decoded planned batches, in order, for a consumer on the caller's event loop.
+
+        The loop is given back (``await asyncio.sleep(0)``) after every batch and, while a
+        batch decodes, whenever ``slice_s`` has passed since it was last given back, so other
+        coroutines of the program wait at most about one slice for astream on hot data.
+
+        ``io="thread"``: downloads run on astream's I/O loop thread (as for the synchronous
+        path) and are awaited here, so they go on while the consumer blocks its loop (a
+        synchronous training step). ``io="loop"``: they run on the caller's loop too, with no
+        thread at all; they then progress only while the consumer awaits.
+        """
+        if io not in ("thread", "loop"):
+            from astream.errors import ConfigError
+
+            raise ConfigError(f"io must be 'thread' or 'loop', got {io!r}")
         parts = self._parts()
         stats: Stats = parts["stats"]
         opener = self._opener()
-        loop = asyncio.get_running_loop()
+        on_loop = io == "loop"
+        loop = asyncio.get_running_loop() if on_loop else None
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
+
+        async def demand(s: int) -> bool:
+            if on_loop:
+                return await self.download(s, True)
+            return await asyncio.wrap_future(bridge.submit(self.download(s, True)))
 
         async def open_shard(s: int) -> OpenShard:
             h = opener.cached(s) or opener.try_open(s)
@@ -185,10 +208,15 @@ class Engine:
                 for _ in range(8):
                     hold = opener.hold_pin(s)  # see ShardOpener.hold_pin
                     try:
-                        fut = pf.take(s)
-                        ok = await fut if fut is not None else False  # type: ignore[misc]
+                        fut: Any = pf.take(s)
+                        if fut is None:
+                            ok = False
+                        elif on_loop:
+                            ok = await fut
+                        else:
+                            ok = await asyncio.wrap_future(fut)
                         if not ok:
-                            await self.download(s, True)
+                            await demand(s)
                         h = opener.try_open(s)
                     finally:
                         opener.drop_pin(hold)
@@ -199,21 +227,44 @@ class Engine:
                 "shard keeps disappearing from the cache", opener.catalog.shards[s].files.raw_path
             )
 
+        clock = time.perf_counter
         try:
-            for groups, size in la:
+            while True:
+                mark = clock()
+                step = next(la, None)  # the plan walk for the lookahead runs here
+                if step is None:
+                    break
+                groups, size = step
                 out: list[Any] = [None] * size
                 for s, positions, locals_ in groups:
                     sample = (await open_shard(s)).sample
                     for j, li in zip(positions, locals_):
                         out[j] = sample(li)
+                    if clock() - mark > slice_s:
+                        await asyncio.sleep(0)
+                        mark = clock()
                 if opener.pinning:
                     opener.release_all()
-                for x in out:
-                    stats.samples += 1
-                    yield x
+                stats.samples += size
+                yield out
+                await asyncio.sleep(0)  # at least once per batch
         finally:
             pf.cancel()
             opener.release_all()
+
+    async def aiter_samples(
+        self, batches: Batches, *, io: str = "thread", slice_s: float = 0.002
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The samples of :meth:`aiter_batches`, one by one; the loop is given back as there,
+        and also between samples once ``slice_s`` has passed (checked every 32 samples)."""
+        clock = time.perf_counter
+        async for batch in self.aiter_batches(batches, io=io, slice_s=slice_s):
+            mark = clock()
+            for k, x in enumerate(batch, 1):
+                yield x
+                if not k & 31 and clock() - mark > slice_s:
+                    await asyncio.sleep(0)
+                    mark = clock()
 
     async def aclose(self) -> None:
         """Close the connections opened on the running loop (by ``aiter``/``aget``)."""

@@ -39,7 +39,7 @@ def test_reference_algorithms_not_supported_yet(algo):
         ({"sampling_method": "x"}, "sampling_method: must be 'balanced' or 'fixed', got 'x'"),
         (
             {"partition_algo": "x"},
-            "partition_algo: unknown algorithm 'x' (use 'relaxed' or 'orig')",
+            "partition_algo='x' is not supported: use 'relaxed' or 'orig'",
         ),
         ({"batching_method": "zig"}, "batching_method: unknown method 'zig'"),
     ],
