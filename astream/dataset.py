@@ -378,9 +378,10 @@ class StreamingCore:
     def plan(self, epoch: int) -> Any:
         """The epoch plan (cached for the latest epoch)."""
         kwargs = self.cfg.plan_kwargs()
-        if self.cfg.batching_method == "stratified":
-            # every global batch holds the exact stream proportions: the stratum is the
-            # global batch, so it depends on the number of (replica) ranks
+        if self.cfg.batching_method in ("stratified", "per_stream"):
+            # stratified: every global batch holds the exact stream proportions; per_stream:
+            # every global batch comes from one stream. Either way the unit is the global
+            # batch, so it depends on the number of (replica) ranks
             ranks = detect(self.cfg.replication).world.num_ranks
             kwargs["global_batch_size"] = self.cfg.batch_or_1 * ranks
         key = (epoch, kwargs.get("global_batch_size"))

@@ -114,6 +114,7 @@ class DatasetConfig:
             "sampling_method": self.sampling_method,
             "sampling_granularity": self.sampling_granularity,
             "batching_method": self.batching_method,
+            "partition_algo": self.partition_algo,
         }
 
 
