@@ -47,7 +47,7 @@ from astream.core.state import LoaderState
 from astream.errors import CacheError, ConfigError
 from astream.placement import detect
 from astream.runtime.catalog import Catalog, check_hash_available
-from astream.runtime.config import DatasetConfig, resolve_sources
+from astream.runtime.config import DatasetConfig, check_dataset, resolve_sources
 from astream.runtime.engine import Engine
 from astream.runtime.stats import Stats
 
@@ -188,6 +188,16 @@ class StreamingCore:
     few whose meaning differs. ``astream.StreamingDataset`` is this plus torch's
     ``IterableDataset``; asyncio programs without torch can use this class directly
     (``astream.aio.AsyncStreamingDataset``).
+
+    Every argument is checked here, in the process that builds the dataset (``ConfigError``
+    naming it). Numeric bounds: ``download_retry`` <= 100, ``download_timeout`` <= 7 days,
+    ``epoch_size`` <= 2**40 samples (``"2b"`` = 2e9 samples) and at most 2**22 planned pieces
+    (shards x repeats), ``predownload`` <= 2**22, ``batch_size`` <= 2**20,
+    ``num_canonical_nodes`` <= 2**20, ``replication`` <= 2**20, ``shuffle_seed`` <= 2**63-1,
+    ``sampling_granularity`` and ``shuffle_block_size`` <= 2**40, ``cache_limit`` <= 2**63-1
+    bytes (table and reasons: :mod:`astream.runtime.config`). ``stream_name``/``stream_config``
+    build the single stream of ``remote``/``local`` with a class from
+    ``astream.stream.streams_registry``.
     """
 
     def __init__(
@@ -218,6 +228,8 @@ class StreamingCore:
         replication: int | None = None,
         storage_options: dict[str, Any] | None = None,
         transform: Callable[[Any], Any] | None = None,
+        stream_name: str = "stream",
+        stream_config: dict[str, Any] | None = None,
     ) -> None:
         if transform is not None and not callable(transform):
             raise ConfigError(f"transform must be a callable, got {type(transform).__name__}")
@@ -243,9 +255,18 @@ class StreamingCore:
         )
         self.cfg = cfg
         self.stream_specs, sources, stores = resolve_sources(
-            streams, remote, local, split, cfg, storage_options
+            streams,
+            remote,
+            local,
+            split,
+            cfg,
+            storage_options,
+            keep_zip=keep_zip,
+            stream_name=stream_name,
+            stream_config=stream_config,
         )
         self.catalog = Catalog(sources)
+        check_dataset(cfg, self.catalog, self.stream_specs, allow_unsafe_types)
         if cfg.validate_hash is not None:
             check_hash_available(self.catalog, cfg.validate_hash)
         if cfg.cache_limit is not None and cfg.cache_limit < self.catalog.max_footprint:

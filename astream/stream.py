@@ -13,14 +13,28 @@ where the cache goes). Argument names and meanings follow mosaicml-streaming's `
 - ``proportion`` (relative weight), ``repeat`` (absolute: times per epoch, fractional allowed),
   ``choose`` (absolute: samples per epoch): at most one. Their semantics live in
   :mod:`astream.core.mixing`.
-- ``download_retry`` (retries after the first attempt, >= 0), ``download_timeout`` (seconds,
-  > 0), ``validate_hash`` (a hash algorithm name), ``keep_zip``: ``None`` means "use the
-  dataset's default".
+- ``download_retry`` (retries after the first attempt, 0..100), ``download_timeout`` (seconds,
+  > 0 and at most 7 days), ``validate_hash`` (a hash algorithm name), ``keep_zip``: ``None``
+  means "use the dataset's"; a value overrides the dataset's for this stream's shards only.
+
+After the dataset is built, as in the reference, the stream's public ``proportion``,
+``repeat`` and ``choose`` hold the *resolved* weights (a float fraction of the epoch, a float
+multiplier of the stream's samples, an int sample count), and ``download_retry``,
+``download_timeout``, ``validate_hash``, ``keep_zip`` the settings in force for it. The values
+given at construction stay in ``_proportion``, ``_repeat``, ``_choose``, ``_download_retry``,
+``_download_timeout``, ``_keep_zip`` (the reference's names), so one ``Stream`` may be reused
+by several datasets.
+
+``streams_registry`` maps names to ``Stream`` classes (``"stream"`` is :class:`Stream`): a
+``StreamingDataset(remote=..., stream_name="mine", stream_config={...})`` builds its single
+stream with the class registered as ``"mine"``, as the reference does.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -28,7 +42,20 @@ from numpy.typing import NDArray
 from astream.core.order import StreamSpec
 from astream.errors import ConfigError
 
-__all__ = ["Stream"]
+__all__ = [
+    "MAX_CHOOSE",
+    "MAX_DOWNLOAD_RETRY",
+    "MAX_DOWNLOAD_TIMEOUT",
+    "MAX_REPEAT",
+    "Stream",
+    "StreamRegistry",
+    "streams_registry",
+]
+
+MAX_DOWNLOAD_RETRY = 100  # retries after the first attempt
+MAX_DOWNLOAD_TIMEOUT = 7 * 24 * 3600.0  # seconds per request
+MAX_CHOOSE = 1 << 40  # samples per epoch from one stream (as epoch_size)
+MAX_REPEAT = float(1 << 20)  # times a stream is repeated per epoch
 
 
 def _opt_str(name: str, value: object) -> str | None:
@@ -37,25 +64,44 @@ def _opt_str(name: str, value: object) -> str | None:
     return value
 
 
-def _opt_number(name: str, value: object, *, positive: bool = False) -> float | None:
+def _opt_number(
+    name: str, value: object, *, positive: bool = False, maximum: float | None = None
+) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
         raise ConfigError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+    v = float(value)
+    if not math.isfinite(v) or v < 0 or (positive and v == 0):
         need = "> 0" if positive else ">= 0"
         raise ConfigError(f"{name} must be finite and {need}, got {value}")
-    return float(value)
+    if maximum is not None and v > maximum:
+        raise ConfigError(f"{name} must be at most {maximum:g}, got {value}")
+    return v
 
 
-def _opt_int(name: str, value: object) -> int | None:
+def _opt_int(name: str, value: object, maximum: int) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ConfigError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < 0:
-        raise ConfigError(f"{name} must be >= 0, got {value}")
-    return value
+    v = int(value)
+    if v < 0:
+        raise ConfigError(f"{name} must be >= 0, got {v}")
+    if v > maximum:
+        raise ConfigError(f"{name} must be at most {maximum}, got {v}")
+    return v
+
+
+def _opt_hash(value: object) -> str | None:
+    if value is None or value == "":
+        return None  # the reference treats an empty name as no validation
+    from astream.core.hashing import validate_hash
+
+    try:
+        return validate_hash(value)  # type: ignore[arg-type]
+    except ConfigError as exc:
+        raise ConfigError(f"validate_hash: {exc}") from None
 
 
 class Stream:
@@ -80,15 +126,25 @@ class Stream:
         self.split = _opt_str("split", split) or ""
         if sum(w is not None for w in (proportion, repeat, choose)) > 1:
             raise ConfigError("Stream: give at most one of proportion, repeat, choose")
-        self.proportion = _opt_number("proportion", proportion)
-        self.repeat = _opt_number("repeat", repeat)
-        self.choose = _opt_int("choose", choose)
-        self.download_retry = _opt_int("download_retry", download_retry)
-        self.download_timeout = _opt_number("download_timeout", download_timeout, positive=True)
-        self.validate_hash = _opt_str("validate_hash", validate_hash)
-        if keep_zip is not None and not isinstance(keep_zip, bool):
+        self._proportion = _opt_number("proportion", proportion)
+        self._repeat = _opt_number("repeat", repeat, maximum=MAX_REPEAT)
+        self._choose = _opt_int("choose", choose, MAX_CHOOSE)
+        self._download_retry = _opt_int("download_retry", download_retry, MAX_DOWNLOAD_RETRY)
+        self._download_timeout = _opt_number(
+            "download_timeout", download_timeout, positive=True, maximum=MAX_DOWNLOAD_TIMEOUT
+        )
+        self._validate_hash = _opt_hash(validate_hash)
+        if keep_zip is not None and not isinstance(keep_zip, (bool, np.bool_)):
             raise ConfigError(f"keep_zip must be a bool or None, got {type(keep_zip).__name__}")
-        self.keep_zip = keep_zip
+        self._keep_zip = None if keep_zip is None else bool(keep_zip)
+        # Public values: what was given until a dataset resolves them (see the module doc).
+        self.proportion: float | None = self._proportion
+        self.repeat: float | None = self._repeat
+        self.choose: int | None = self._choose
+        self.download_retry: int | None = self._download_retry
+        self.download_timeout: float | None = self._download_timeout
+        self.validate_hash: str | None = self._validate_hash
+        self.keep_zip: bool | None = self._keep_zip
 
     def check_location(self) -> None:
         """Raise ``ConfigError`` unless ``remote`` or ``local`` is set."""
@@ -98,10 +154,55 @@ class Stream:
     def spec(self, shard_sizes: NDArray[np.integer]) -> StreamSpec:
         """The order's view of this stream, given its shard sample counts."""
         return StreamSpec(
-            np.asarray(shard_sizes, np.int64), self.proportion, self.repeat, self.choose
+            np.asarray(shard_sizes, np.int64), self._proportion, self._repeat, self._choose
         )
 
     def __repr__(self) -> str:
         fields = ("remote", "local", "split", "proportion", "repeat", "choose")
         shown = ", ".join(f"{f}={getattr(self, f)!r}" for f in fields if getattr(self, f))
         return f"Stream({shown})"
+
+
+T = TypeVar("T")
+
+
+class StreamRegistry:
+    """Names -> ``Stream`` classes (or callables returning a ``Stream``), like the reference's
+    ``streams_registry``: ``register(name, func=cls)``, or ``@streams_registry.register(name)``
+    on a class; ``get(name)``; ``get_all()``; ``name in streams_registry``."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, Callable[..., Any]] = {}
+
+    def register(self, name: str, *, func: T | None = None) -> Any:
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"streams_registry: a name must be a non-empty str, got {name!r}")
+
+        def add(f: T) -> T:
+            if not callable(f):
+                raise ConfigError(f"streams_registry[{name!r}]: {f!r} is not callable")
+            self._items[name] = f
+            return f
+
+        return add if func is None else add(func)
+
+    def __call__(self, name: str, func: T | None = None) -> Any:
+        return self.register(name, func=func)
+
+    def get(self, name: str) -> Callable[..., Any]:
+        try:
+            return self._items[name]
+        except (KeyError, TypeError):
+            raise ConfigError(
+                f"stream_name={name!r} is not registered; known: {', '.join(sorted(self._items))}"
+            ) from None
+
+    def get_all(self) -> dict[str, Callable[..., Any]]:
+        return dict(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+
+streams_registry = StreamRegistry()
+streams_registry.register("stream", func=Stream)

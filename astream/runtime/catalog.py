@@ -52,11 +52,17 @@ INDEX = "index.json"
 
 @dataclass(frozen=True)
 class StreamSource:
-    """One stream, resolved: remote root (split included) or None, local dir, parsed index."""
+    """One stream, resolved: remote root (split included) or None, local dir, parsed index,
+    and the download settings in force for it (the Stream's own, else the dataset's).
+    ``keep_zip`` None: the engine's (the dataset's) applies."""
 
     remote: str | None
     local: str
     index: Index
+    download_retry: int = 2
+    download_timeout: float = 60.0
+    validate_hash: str | None = None
+    keep_zip: bool | None = None
 
 
 class Catalog:
@@ -136,6 +142,8 @@ def _remote_shard(src: StreamSource, entry: ShardEntry) -> RemoteShard:
         compression=entry.compression,
         raw_hashes=dict(raw.hashes),
         zip_hashes=dict(zipd.hashes) if zipd is not None else {},
+        validate_hash=src.validate_hash,
+        keep_zip=src.keep_zip,
     )
 
 

@@ -3,11 +3,41 @@
 :class:`DatasetConfig` holds the reference's ``StreamingDataset`` keyword arguments after
 validation and normalisation (sizes parsed, defaults filled). :func:`resolve_sources` turns
 ``streams``/``remote``/``local``/``split`` into resolved stream sources with loaded, revalidated
-indexes, and the :class:`StorePool` that will reach the remotes.
+indexes, and the :class:`StorePool` that will reach the remotes. :func:`check_dataset` does the
+checks that need the loaded indexes. Everything is checked in the process that builds the
+dataset, so a bad argument never first surfaces inside a DataLoader worker.
 
 ``local=None`` maps a remote to a stable directory under ``$ASTREAM_CACHE_DIR`` (default
 ``~/.cache/astream``) named after a hash of the remote URL and split, so every run of the same
 job reuses the same cache (the reference picks a fresh temp dir and fails on reuse).
+
+Meanings follow the reference: ``epoch_size`` counts *samples* (``"2b"`` is 2,000,000,000;
+:func:`~astream.core.sizes.parse_count`), ``cache_limit`` is bytes (``"2gb"``); an
+``epoch_size`` or ``cache_limit`` of 0 (or ``""``) means "not set", as in the reference.
+
+Bounds (``ConfigError`` naming the argument and the bound, at construction):
+
+======================  ===========================  ==========================================
+argument                allowed                      why the bound
+======================  ===========================  ==========================================
+download_retry          0 .. 100                     each retry waits up to 5 s
+download_timeout        (0, 604800] seconds          7 days; a finite per-request limit
+epoch_size              0 .. 2**40 samples           and at most 2**22 planned pieces (below)
+predownload             0 .. 2**22 samples           the lookahead holds that many planned ids
+cache_limit             0 .. 2**63-1 bytes           int64 accounting
+sampling_granularity    1 .. 2**40                   int64 arithmetic
+num_canonical_nodes     1 .. 2**20                   per-node blocks of the plan
+batch_size              1 .. 2**20                   a batch of ids is materialised at once
+shuffle_seed            0 .. 2**63-1                 stored as int64 in checkpoints
+shuffle_block_size      1 .. 2**40                   int64 arithmetic
+replication             1 .. 2**20                   at most one rank group per rank
+Stream.repeat           0 .. 2**20                   also bounded by the planned pieces
+Stream.choose           0 .. 2**40 samples           as epoch_size
+======================  ===========================  ==========================================
+
+Planned pieces: an epoch that repeats a stream ``r`` times over its ``S`` shards plans about
+``S * ceil(r)`` pieces (~100 bytes each, per process); :func:`check_dataset` refuses more than
+``MAX_PLAN_PIECES`` (2**22, ~400 MB) with the numbers, instead of a ``MemoryError`` later.
 """
 
 from __future__ import annotations
@@ -23,24 +53,70 @@ import numpy as np
 
 from astream.core.index import Index
 from astream.core.order import DEFAULT_NUM_CANONICAL_NODES, StreamSpec
-from astream.core.sizes import parse_size
+from astream.core.sizes import parse_count, parse_size
 from astream.core.world import check_positive_int
-from astream.errors import ConfigError
+from astream.errors import ConfigError, EmptyDatasetError, UnsafeEncodingError
 from astream.runtime import bridge
 from astream.runtime.catalog import StreamSource, load_index
 from astream.runtime.stores import StorePool
 from astream.storage import RetryPolicy
+from astream.stream import (
+    MAX_DOWNLOAD_RETRY,
+    MAX_DOWNLOAD_TIMEOUT,
+    streams_registry,
+)
 
-__all__ = ["DatasetConfig", "default_local", "resolve_sources"]
+__all__ = [
+    "MAX_BATCH_SIZE",
+    "MAX_EPOCH_SIZE",
+    "MAX_NUM_CANONICAL_NODES",
+    "MAX_PLAN_PIECES",
+    "DatasetConfig",
+    "check_dataset",
+    "default_local",
+    "resolve_sources",
+]
 
-_PARTITION_ALGOS = ("relaxed", "orig")
+MAX_EPOCH_SIZE = 1 << 40
+MAX_PREDOWNLOAD = 1 << 22
+MAX_CACHE_LIMIT = (1 << 63) - 1
+MAX_GRANULARITY = 1 << 40
+MAX_NUM_CANONICAL_NODES = 1 << 20
+MAX_BATCH_SIZE = 1 << 20
+MAX_SHUFFLE_SEED = (1 << 63) - 1
+MAX_SHUFFLE_BLOCK_SIZE = 1 << 40
+MAX_REPLICATION = 1 << 20
+MAX_PLAN_PIECES = 1 << 22
 
 
-def _int(name: str, value: Any, minimum: int) -> int:
-    """``check_positive_int`` that also takes numpy integers (common in configs)."""
+def _int(name: str, value: Any, minimum: int, maximum: int) -> int:
+    """``check_positive_int`` that also takes numpy integers (common in configs), bounded."""
     if isinstance(value, np.integer):
         value = int(value)
-    return check_positive_int(name, value, minimum=minimum)
+    v = check_positive_int(name, value, minimum=minimum)
+    if v > maximum:
+        raise ConfigError(f"{name}={v} is above the supported maximum {maximum}")
+    return v
+
+
+def _check_order_options(kw: dict[str, Any]) -> None:
+    from astream.core import order
+
+    check = getattr(order, "check_options", None)
+    if check is not None:
+        check(
+            shuffle_algo=kw["shuffle_algo"],
+            sampling_method=kw["sampling_method"],
+            batching_method=kw["batching_method"],
+            partition_algo=kw["partition_algo"],
+        )
+    else:  # pragma: no cover - before core.order.check_options existed
+        order._check_options(kw["shuffle_algo"], kw["sampling_method"], kw["batching_method"])
+        if kw["partition_algo"] not in _PARTITION_ALGOS:
+            raise ConfigError(f"partition_algo: unknown algorithm {kw['partition_algo']!r}")
+
+
+_PARTITION_ALGOS = ("relaxed",)
 
 
 @dataclass(frozen=True)
@@ -65,34 +141,67 @@ class DatasetConfig:
 
     @classmethod
     def build(cls, **kw: Any) -> DatasetConfig:
-        kw["download_retry"] = _int("download_retry", kw["download_retry"], 0)
+        kw["download_retry"] = _int("download_retry", kw["download_retry"], 0, MAX_DOWNLOAD_RETRY)
         t = kw["download_timeout"]
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
-            raise ConfigError(f"download_timeout must be a positive number of seconds, got {t!r}")
+        if (
+            isinstance(t, bool)
+            or not isinstance(t, (int, float, np.number))
+            or not 0 < float(t) <= MAX_DOWNLOAD_TIMEOUT
+        ):
+            raise ConfigError(
+                f"download_timeout must be a number of seconds in (0, {MAX_DOWNLOAD_TIMEOUT:g}], "
+                f"got {t!r}"
+            )
         kw["download_timeout"] = float(t)
+        if kw["validate_hash"] == "":
+            kw["validate_hash"] = None  # the reference treats "" as no validation
         if kw["validate_hash"] is not None:
             from astream.core.hashing import validate_hash
 
-            kw["validate_hash"] = validate_hash(kw["validate_hash"])
-        if kw["epoch_size"] is not None:
-            kw["epoch_size"] = parse_size(kw["epoch_size"], "epoch_size")
-        if kw["cache_limit"] is not None:
-            kw["cache_limit"] = parse_size(kw["cache_limit"], "cache_limit")
-        for name in ("predownload", "shuffle_block_size", "batch_size", "replication"):
+            try:
+                kw["validate_hash"] = validate_hash(kw["validate_hash"])
+            except ConfigError as exc:
+                raise ConfigError(f"validate_hash: {exc}") from None
+        if kw["epoch_size"] is not None and kw["epoch_size"] != "":
+            n = parse_count(kw["epoch_size"], "epoch_size")
+            if n > MAX_EPOCH_SIZE:
+                raise ConfigError(
+                    f"epoch_size={n} samples is above the supported maximum {MAX_EPOCH_SIZE} "
+                    "(2**40)"
+                )
+            kw["epoch_size"] = n or None  # 0 means the natural epoch, as in the reference
+        else:
+            kw["epoch_size"] = None
+        if kw["cache_limit"] is not None and kw["cache_limit"] != "":
+            limit = parse_size(kw["cache_limit"], "cache_limit")
+            if limit < 0 or limit > MAX_CACHE_LIMIT:
+                raise ConfigError(
+                    f"cache_limit must be 0..{MAX_CACHE_LIMIT} bytes (0: no limit), got {limit}"
+                )
+            kw["cache_limit"] = limit or None  # 0 means no limit, as in the reference
+        else:
+            kw["cache_limit"] = None
+        for name, low, high in (
+            ("predownload", 0, MAX_PREDOWNLOAD),
+            ("shuffle_block_size", 1, MAX_SHUFFLE_BLOCK_SIZE),
+            ("batch_size", 1, MAX_BATCH_SIZE),
+            ("replication", 1, MAX_REPLICATION),
+        ):
             if kw[name] is not None:
-                kw[name] = _int(name, kw[name], 1)
-        kw["sampling_granularity"] = _int("sampling_granularity", kw["sampling_granularity"], 1)
+                kw[name] = _int(name, kw[name], low, high)
+        kw["sampling_granularity"] = _int(
+            "sampling_granularity", kw["sampling_granularity"], 1, MAX_GRANULARITY
+        )
         if kw["num_canonical_nodes"] is None:
             kw["num_canonical_nodes"] = DEFAULT_NUM_CANONICAL_NODES
-        kw["num_canonical_nodes"] = _int("num_canonical_nodes", kw["num_canonical_nodes"], 1)
-        kw["shuffle_seed"] = _int("shuffle_seed", kw["shuffle_seed"], 0)
-        if kw["partition_algo"] not in _PARTITION_ALGOS:
-            raise ConfigError(
-                f"partition_algo={kw['partition_algo']!r} is not supported: astream has one "
-                f"elastic partition (accepted names: {', '.join(_PARTITION_ALGOS)})"
-            )
-        if not isinstance(kw["shuffle"], bool):
+        kw["num_canonical_nodes"] = _int(
+            "num_canonical_nodes", kw["num_canonical_nodes"], 1, MAX_NUM_CANONICAL_NODES
+        )
+        kw["shuffle_seed"] = _int("shuffle_seed", kw["shuffle_seed"], 0, MAX_SHUFFLE_SEED)
+        if not isinstance(kw["shuffle"], (bool, np.bool_)):
             raise ConfigError(f"shuffle must be True or False, got {kw['shuffle']!r}")
+        kw["shuffle"] = bool(kw["shuffle"])
+        _check_order_options(kw)
         return cls(**kw)
 
     def replace(self, **changes: Any) -> DatasetConfig:
@@ -138,6 +247,95 @@ def _join(root: str, split: str | None) -> str:
     return root.rstrip("/") + "/" + split
 
 
+def _given(item: Any, name: str) -> Any:
+    """The value ``item`` was given for ``name`` (``Stream`` keeps it in ``_name`` once a
+    dataset has resolved the public attribute)."""
+    if hasattr(item, f"_{name}"):
+        return getattr(item, f"_{name}")
+    return getattr(item, name, None)
+
+
+_DATASET_STREAM_KEYS = (
+    "remote",
+    "local",
+    "split",
+    "download_retry",
+    "download_timeout",
+    "validate_hash",
+    "keep_zip",
+)
+
+
+def _registry_stream(
+    stream_name: str,
+    stream_config: dict[str, Any] | None,
+    defaults: dict[str, Any],
+) -> Any:
+    """The single stream of ``remote``/``local``, built by the class registered as
+    ``stream_name`` with ``stream_config`` plus the dataset's own arguments."""
+    if stream_config is not None and not isinstance(stream_config, dict):
+        raise ConfigError(f"stream_config must be a dict, got {type(stream_config).__name__}")
+    config = dict(stream_config or {})
+    clash = sorted(set(config) & set(_DATASET_STREAM_KEYS))
+    if clash:
+        raise ConfigError(
+            f"stream_config sets {clash}, which StreamingDataset's own arguments of the same "
+            "name set; pass them to StreamingDataset"
+        )
+    cls = streams_registry.get(stream_name)
+    config.update(defaults)
+    try:
+        return cls(**config)
+    except TypeError as exc:
+        raise ConfigError(f"stream_name={stream_name!r}: cannot build it: {exc}") from None
+
+
+def _stream_settings(
+    k: int, item: Any, cfg: DatasetConfig, keep_zip: bool | None
+) -> tuple[int, float, str | None, bool | None]:
+    """(download_retry, download_timeout, validate_hash, keep_zip) in force for stream ``k``:
+    its own where given, else the dataset's; checked like ``Stream``'s arguments."""
+    from astream.stream import _opt_hash, _opt_int, _opt_number
+
+    try:
+        retry = _opt_int("download_retry", _given(item, "download_retry"), MAX_DOWNLOAD_RETRY)
+        timeout = _opt_number(
+            "download_timeout",
+            _given(item, "download_timeout"),
+            positive=True,
+            maximum=MAX_DOWNLOAD_TIMEOUT,
+        )
+        algo = _opt_hash(_given(item, "validate_hash"))
+        kz = _given(item, "keep_zip")
+        if kz is not None and not isinstance(kz, (bool, np.bool_)):
+            raise ConfigError(f"keep_zip must be a bool or None, got {type(kz).__name__}")
+    except ConfigError as exc:
+        raise ConfigError(f"streams[{k}].{exc}") from None
+    return (
+        cfg.download_retry if retry is None else retry,
+        cfg.download_timeout if timeout is None else timeout,
+        algo or cfg.validate_hash,
+        keep_zip if kz is None else bool(kz),
+    )
+
+
+def _check_weights(weights: list[tuple[Any, Any, Any]], epoch_size: int | None) -> None:
+    """The weighting checks the reference makes before loading any index."""
+    relative = [p is not None for p, _, _ in weights]
+    if any(relative) and not all(relative):
+        bad = relative.index(not relative[0])
+        raise ConfigError(
+            f"streams[{bad}]: relative (proportion) and absolute (repeat, choose, none) stream "
+            "weights cannot be mixed"
+        )
+    absolute = any(r is not None or c is not None for _, r, c in weights)
+    if epoch_size is not None and absolute:
+        raise ConfigError(
+            f"epoch_size={epoch_size} needs relative (proportion) stream weights or none; "
+            "these streams use repeat/choose, which fix the epoch size themselves"
+        )
+
+
 def resolve_sources(
     streams: Sequence[Any] | None,
     remote: str | None,
@@ -145,28 +343,60 @@ def resolve_sources(
     split: str | None,
     cfg: DatasetConfig,
     storage_options: dict[str, Any] | None,
+    *,
+    keep_zip: bool | None = None,
+    stream_name: str = "stream",
+    stream_config: dict[str, Any] | None = None,
 ) -> tuple[list[StreamSpec], list[StreamSource], StorePool]:
-    """Resolve and load every stream (fetching and revalidating remote indexes)."""
+    """Resolve and load every stream (fetching and revalidating remote indexes).
+
+    Each ``Stream``'s own ``download_retry``/``download_timeout``/``validate_hash``/``keep_zip``
+    override the dataset's for that stream (its :class:`StreamSource` and its store's retry
+    policy). ``keep_zip`` is the dataset's (``None``: leave it to the fetcher's default).
+    After loading, each ``Stream`` gets its resolved weights and settings (see astream.stream).
+    """
+    if keep_zip is not None and not isinstance(keep_zip, (bool, np.bool_)):
+        raise ConfigError(f"keep_zip must be True or False, got {keep_zip!r}")
     if streams is not None:
         if remote is not None or local is not None:
             raise ConfigError("give either `streams` or `remote`/`local`, not both")
         items = list(streams)
         if not items:
             raise ConfigError("streams must not be empty")
+        if stream_name != "stream" or stream_config:
+            raise ConfigError(
+                "stream_name/stream_config build the single stream of `remote`/`local`; with "
+                "`streams`, construct each stream yourself"
+            )
     else:
         if remote is None and local is None:
             raise ConfigError("StreamingDataset needs `remote`, `local` or `streams`")
-        items = [None]
-    policy = RetryPolicy(
+        items = [
+            _registry_stream(
+                stream_name,
+                stream_config,
+                {
+                    "remote": None if remote is None else os.fspath(remote),
+                    "local": None if local is None else os.fspath(local),
+                    "split": split,
+                    "download_retry": None,
+                    "download_timeout": None,
+                    "validate_hash": None,
+                    "keep_zip": None,
+                },
+            )
+        ]
+    default_policy = RetryPolicy(
         attempts=cfg.download_retry + 1, timeout=cfg.download_timeout, backoff_base=0.2
     )
-    pool = StorePool(policy, storage_options)
     plans: list[tuple[str | None, str]] = []
     weights: list[tuple[Any, Any, Any]] = []
+    settings: list[tuple[int, float, str | None, bool | None]] = []
+    policies: dict[str, RetryPolicy] = {}
     for k, item in enumerate(items):
-        r = remote if item is None else getattr(item, "remote", None)
-        lo = local if item is None else getattr(item, "local", None)
-        sp = split if item is None else (getattr(item, "split", None) or split)
+        r = getattr(item, "remote", None)
+        lo = getattr(item, "local", None)
+        sp = getattr(item, "split", None) or split
         if r is not None and not isinstance(r, str):
             r = os.fspath(r)
         if lo is not None:
@@ -185,17 +415,21 @@ def resolve_sources(
             and os.path.abspath(r.removeprefix("file://")) == os.path.abspath(lo)
         ):
             r = None
-        plans.append((None if r is None else _join(r, sp), _join(lo, sp)))
-        if item is not None:
-            weights.append(
-                (
-                    getattr(item, "proportion", None),
-                    getattr(item, "repeat", None),
-                    getattr(item, "choose", None),
+        root = None if r is None else _join(r, sp)
+        plans.append((root, _join(lo, sp)))
+        weights.append((_given(item, "proportion"), _given(item, "repeat"), _given(item, "choose")))
+        st = _stream_settings(k, item, cfg, keep_zip)
+        settings.append(st)
+        if root is not None:
+            policy = RetryPolicy(attempts=st[0] + 1, timeout=st[1], backoff_base=0.2)
+            if policies.get(root, policy) != policy:
+                raise ConfigError(
+                    f"streams[{k}]: {root} is also another stream's remote, with other "
+                    "download_retry/download_timeout; give both streams the same"
                 )
-            )
-        else:
-            weights.append((None, None, None))
+            policies[root] = policy
+    _check_weights(weights, cfg.epoch_size)
+    pool = StorePool(default_policy, storage_options, policies=policies)
 
     async def load_all() -> list[Index]:
         out = []
@@ -204,9 +438,138 @@ def resolve_sources(
         return out
 
     indexes = bridge.run(load_all())
-    sources = [StreamSource(r, lo, idx) for (r, lo), idx in zip(plans, indexes)]
+    sources = [
+        StreamSource(
+            r,
+            lo,
+            idx,
+            download_retry=st[0],
+            download_timeout=st[1],
+            validate_hash=st[2],
+            keep_zip=st[3],
+        )
+        for (r, lo), idx, st in zip(plans, indexes, settings)
+    ]
     specs = [
         StreamSpec(idx.sample_counts(), proportion=p, repeat=rep, choose=ch)
         for idx, (p, rep, ch) in zip(indexes, weights)
     ]
+    _resolve_streams(items, specs, sources, cfg)
     return specs, sources, pool
+
+
+def _resolve_streams(
+    items: list[Any], specs: list[StreamSpec], sources: list[StreamSource], cfg: DatasetConfig
+) -> None:
+    """Set each Stream's public weights and settings to what the dataset resolved, as the
+    reference's ``Stream.apply_weights``/``apply_default`` do: ``proportion`` (float, share of
+    the epoch; the normalised given proportions when relative), ``repeat`` (float, chosen /
+    stream samples), ``choose`` (int, samples per epoch)."""
+    from astream.core.mixing import choose_per_stream
+
+    sizes = [int(s.shard_sizes.sum()) for s in specs]
+    chosen = choose_per_stream(
+        sizes,
+        [s.proportion for s in specs],
+        [s.repeat for s in specs],
+        [s.choose for s in specs],
+        cfg.epoch_size,
+    )
+    total = int(chosen.sum())
+    if specs[0].proportion is not None:
+        props = np.array([s.proportion for s in specs], np.float64)
+        shares = props / props.sum()
+    elif cfg.epoch_size is not None:
+        shares = np.array(sizes, np.float64) / max(1, sum(sizes))
+    else:
+        shares = chosen / max(1, total)
+    for item, n, c, share, src in zip(items, sizes, chosen.tolist(), shares.tolist(), sources):
+        values = {
+            "proportion": float(share),
+            "repeat": float(c / n) if n else float("nan"),
+            "choose": int(c),
+            "download_retry": src.download_retry,
+            "download_timeout": src.download_timeout,
+            "validate_hash": src.validate_hash,
+        }
+        if src.keep_zip is not None:
+            values["keep_zip"] = src.keep_zip
+        for name, value in values.items():
+            try:
+                setattr(item, name, value)
+            except AttributeError:
+                pass  # a read-only attribute of a user's stream class
+
+
+def check_dataset(
+    cfg: DatasetConfig,
+    catalog: Any,
+    specs: list[StreamSpec],
+    allow_unsafe_types: bool,
+) -> None:
+    """The checks that need the loaded indexes, made in the process that builds the dataset
+    (so they never first surface inside a DataLoader worker): ``pkl`` columns without
+    ``allow_unsafe_types``, weights that choose no sample, a plan too large to hold
+    (``MAX_PLAN_PIECES``), and everything the epoch plan and its dealing to this World refuse
+    (canonical nodes vs nodes, strata vs batch, ...)."""
+    from astream.core.encodings import UNSAFE_ENCODINGS
+    from astream.core.mixing import choose_per_stream
+
+    if not isinstance(allow_unsafe_types, (bool, np.bool_)):
+        raise ConfigError(f"allow_unsafe_types must be True or False, got {allow_unsafe_types!r}")
+    if not allow_unsafe_types:
+        for k, src in enumerate(catalog.sources):
+            for i, entry in enumerate(src.index.shards):
+                for name, enc in zip(entry.column_names or [], entry.column_encodings or []):
+                    if enc in UNSAFE_ENCODINGS:
+                        raise UnsafeEncodingError(
+                            f"stream {k}, shard {i}: column {name!r} has unsafe encoding "
+                            f"{enc!r} (pickle can run code); pass allow_unsafe_types=True to "
+                            "read it",
+                            os.path.join(src.local, "index.json"),
+                        )
+    sizes = [int(s.shard_sizes.sum()) for s in specs]
+    chosen = choose_per_stream(
+        sizes,
+        [s.proportion for s in specs],
+        [s.repeat for s in specs],
+        [s.choose for s in specs],
+        cfg.epoch_size,
+    )
+    if int(chosen.sum()) == 0:
+        raise EmptyDatasetError(
+            f"the stream weights choose no sample at all per epoch (per stream: "
+            f"{chosen.tolist()} of {sizes})"
+        )
+    if int(chosen.sum()) > MAX_EPOCH_SIZE:
+        raise ConfigError(
+            f"the stream weights choose {int(chosen.sum())} samples per epoch, above the "
+            f"supported maximum {MAX_EPOCH_SIZE} (2**40)"
+        )
+    pieces = 0
+    for spec, n, c in zip(specs, sizes, chosen.tolist()):
+        if n:
+            pieces += int(np.count_nonzero(spec.shard_sizes)) * -(-c // n)
+    if pieces > MAX_PLAN_PIECES:
+        repeats = [round(c / n, 3) if n else 0 for n, c in zip(sizes, chosen.tolist())]
+        raise ConfigError(
+            f"the epoch would repeat streams {repeats} "
+            f"times over their shards: about {pieces} planned pieces (~100 bytes each, per "
+            f"process), above the supported maximum {MAX_PLAN_PIECES} (2**22); lower "
+            "epoch_size or the streams' repeat/choose"
+        )
+    _check_plan(cfg, specs)
+
+
+def _check_plan(cfg: DatasetConfig, specs: list[StreamSpec]) -> None:
+    """Build epoch 0's plan and deal it to this process's World: whatever they refuse is
+    refused now, with the same ConfigError a first ``len()`` would raise."""
+    from astream.core.order import plan_epoch
+    from astream.placement import detect
+
+    place = detect(cfg.replication)
+    kwargs = cfg.plan_kwargs()
+    if cfg.batching_method == "stratified":
+        kwargs["global_batch_size"] = cfg.batch_or_1 * place.world.num_ranks
+    plan = plan_epoch(specs, epoch=0, **kwargs)
+    plan.rank_num_samples(place.world, place.rank, 0)

@@ -50,6 +50,8 @@ class RemoteShard:
     compression: str | None
     raw_hashes: dict[str, str]
     zip_hashes: dict[str, str]
+    validate_hash: str | None = None  # its stream's; None: the fetcher's
+    keep_zip: bool | None = None  # its stream's; None: the fetcher's
 
     def url(self) -> str:
         if self.remote is None:
@@ -205,26 +207,27 @@ class ShardFetcher:
         try:
             key = shard.zip_key if shard.zip_key is not None else shard.raw_key
             await self._fetch_into(shard, key, fetched_tmp, fetched_size)
-            if self.validate_hash is not None:
+            algo = shard.validate_hash or self.validate_hash
+            if algo is not None:
                 hashes = shard.zip_hashes if zip_tmp is not None else shard.raw_hashes
-                want = hashes.get(self.validate_hash)
+                want = hashes.get(algo)
                 if want is not None:
-                    got = await loop.run_in_executor(
-                        None, _hash_file, self.validate_hash, fetched_tmp
-                    )
+                    got = await loop.run_in_executor(None, _hash_file, algo, fetched_tmp)
                     if got != want:
                         if last:
                             raise IntegrityError(
-                                f"{self.validate_hash} of {shard.url()} is {got}, index says "
+                                f"{algo} of {shard.url()} is {got}, index says "
                                 f"{want} (after one re-fetch)"
                             )
                         return None
             if zip_tmp is not None:
                 await loop.run_in_executor(None, self._inflate, shard, zip_tmp, raw_tmp)
 
+            keep = self.keep_zip if shard.keep_zip is None else shard.keep_zip
+
             def publish() -> None:
                 os.replace(raw_tmp, files.raw_path)
-                if zip_tmp is not None and self.keep_zip and files.zip_path is not None:
+                if zip_tmp is not None and keep and files.zip_path is not None:
                     os.replace(zip_tmp, files.zip_path)
 
             await self.space.commit(publish)

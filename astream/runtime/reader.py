@@ -186,7 +186,8 @@ class ShardOpener:
             offsets = self._offsets.get(s)
             if offsets is None:
                 try:
-                    offsets = _check_cached(files.raw_path, self.catalog, s, self.validate_hash)
+                    algo = self.catalog.shards[s].validate_hash or self.validate_hash
+                    offsets = _check_cached(files.raw_path, self.catalog, s, algo)
                 except (FormatError, IntegrityError):
                     # A corrupt cached copy of remote data is deleted and fetched once more;
                     # local-only data (the only copy) and a second failure are raised.

@@ -9,6 +9,9 @@ Within one loop, every dataset that reaches the same root with the same retry po
 options shares one store: an SDK client costs megabytes and a connection pool, and a job that
 builds datasets repeatedly (one per epoch, per evaluation) must not grow by one client each
 time. Stores of the astream loop are closed when it shuts down.
+
+Each stream may have its own retry policy (its ``download_retry``/``download_timeout``): the
+pool maps a stream's remote root to its policy, and every other URL gets the default one.
 """
 
 from __future__ import annotations
@@ -29,12 +32,24 @@ _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_Key, Object
 
 
 class StorePool:
-    """Picklable factory of per-loop stores with one retry policy and one set of options."""
+    """Picklable factory of per-loop stores: one set of options, a retry policy per remote
+    root in ``policies`` and ``retry`` for any other URL."""
 
-    def __init__(self, retry: RetryPolicy, options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        retry: RetryPolicy,
+        options: dict[str, Any] | None = None,
+        *,
+        policies: dict[str, RetryPolicy] | None = None,
+    ) -> None:
         self.retry = retry
         self.options = dict(options or {})
+        self.policies = dict(policies or {})
         self._opts_key = repr(sorted(self.options.items()))
+
+    def policy_for(self, url: str) -> RetryPolicy:
+        """The retry policy of the stream whose remote root is ``url`` (else the default)."""
+        return self.policies.get(url, self.retry)
 
     def get(self, url: str) -> ObjectStore:
         """The store for ``url`` on the running loop."""
@@ -45,10 +60,11 @@ class StorePool:
             _by_loop[loop] = stores
             if bridge.in_loop_thread():
                 bridge.add_finalizer(_close_loop_stores)
-        key = (url, self.retry, self._opts_key)
+        policy = self.policy_for(url)
+        key = (url, policy, self._opts_key)
         store = stores.get(key)
         if store is None:
-            store = open_store(url, retry=self.retry, **self.options)
+            store = open_store(url, retry=policy, **self.options)
             stores[key] = store
         return store
 
@@ -58,11 +74,13 @@ class StorePool:
         Stores are shared between datasets with the same remote and settings, so so are their
         counts.
         """
+        mine = {(url, p) for url, p in self.policies.items()}
         return sum(
             int(getattr(store, "retries", 0))
             for stores in list(_by_loop.values())
             for key, store in list(stores.items())
-            if key[1] == self.retry and key[2] == self._opts_key
+            if key[2] == self._opts_key
+            and ((key[0], key[1]) in mine or (key[0] not in self.policies and key[1] == self.retry))
         )
 
     async def aclose_loop(self) -> None:
