@@ -238,11 +238,12 @@ class Engine:
                 out: list[Any] = [None] * size
                 for s, positions, locals_ in groups:
                     sample = (await open_shard(s)).sample
-                    for j, li in zip(positions, locals_):
-                        out[j] = sample(li)
-                    if clock() - mark > slice_s:
-                        await asyncio.sleep(0)
-                        mark = clock()
+                    for c in range(0, len(positions), 128):
+                        for j, li in zip(positions[c : c + 128], locals_[c : c + 128]):
+                            out[j] = sample(li)
+                        if clock() - mark > slice_s:
+                            await asyncio.sleep(0)
+                            mark = clock()
                 if opener.pinning:
                     opener.release_all()
                 stats.samples += size
