@@ -130,7 +130,7 @@ def _index_order() -> list[dict]:
                     shard_offset_per_stream=np.array([0]),
                     shards_per_stream=np.array([len(sizes)]),
                     samples_per_shard=np.array(sizes, np.int64),
-                    sample_offset_per_shard=np.cumsum([0] + sizes[:-1]).astype(np.int64),
+                    sample_offset_per_shard=np.cumsum([0, *sizes[:-1]]).astype(np.int64),
                     streams=[SimpleNamespace(choose=choose)],
                     sampling_granularity=gran,
                     epoch_seed_change=False,  # shuffle=False
