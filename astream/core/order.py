@@ -304,7 +304,6 @@ def _device_per_stream(
     """
     nodes = np.arange(ncn, dtype=np.int64)
     per = np.stack([np.asarray(sp.node_len(nodes)) // bs for sp in subs])  # (streams, ncn)
-    _check_full_batches(per.sum(axis=1), chosen, f"device batch (batch_size={bs})")
     count = int(per.sum(axis=0).min())
     if count == 0:
         c = int(np.argmin(per.sum(axis=0)))
@@ -313,6 +312,7 @@ def _device_per_stream(
             f"{ncn} holds no full device batch (batch_size={bs}) of any stream; lower "
             "num_canonical_nodes or batch_size"
         )
+    _check_full_batches(per.sum(axis=1), chosen, f"device batch (batch_size={bs})")
     node = np.repeat(np.tile(nodes, len(subs)), per.ravel())
     stream = np.repeat(np.repeat(np.arange(len(subs), dtype=np.int32), ncn), per.ravel())
     # index of each chunk among its (node, stream): generated in order, so a running count
