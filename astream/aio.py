@@ -1,17 +1,44 @@
-"""Async iteration for asyncio trainers: the same engine and order, on the caller's loop.
+"""Async iteration for asyncio programs: the same engine and order, without stalling the loop.
 
-``AsyncStreamingDataset`` takes the same arguments as ``StreamingDataset`` and needs no torch::
+``AsyncStreamingDataset`` takes the same arguments as ``StreamingDataset`` and needs no torch
+(importing this module, building a dataset and iterating it never import torch)::
 
-    ds = AsyncStreamingDataset(remote="s3://bucket/tokens", local="/tmp/tokens", batch_size=32)
+    ds = await AsyncStreamingDataset.open(remote="s3://bucket/tokens", local="/tmp/tokens",
+                                          batch_size=32)
     async for sample in ds.aiter():
         ...
+    async for batch in ds.aiter(batch_size=32):
+        ...
     sample = await ds.aget(123)
+    samples = await ds.aget_many([5, 17, 99])
 
-``astream.StreamingDataset`` has the same ``aiter``/``aiter_batches``/``aget`` methods.
+``open`` does the constructor's I/O (index fetch and revalidation, SDK clients) on the calling
+loop, cancellable, bounded by ``download_timeout`` x ``download_retry``; the plain constructor
+does the same I/O blocking, on astream's I/O thread. ``astream.StreamingDataset`` has the same
+``aiter``/``aget``/``aget_many`` methods. See docs/async.md for what runs where.
 """
 
 from __future__ import annotations
 
-from astream.dataset import StreamingCore as AsyncStreamingDataset
+from typing import Any
 
-__all__ = ["AsyncStreamingDataset"]
+from astream.dataset import StreamingCore
+from astream.writer.aio import AsyncMDSWriter
+
+__all__ = ["AsyncMDSWriter", "AsyncStreamingDataset"]
+
+
+class AsyncStreamingDataset(StreamingCore):
+    """The torch-free dataset for asyncio programs (arguments: ``StreamingDataset``'s)."""
+
+    @classmethod
+    async def open(cls, **kwargs: Any) -> AsyncStreamingDataset:
+        """Build the dataset with its I/O awaited on the running loop (never blocking it)."""
+        self = cls.__new__(cls)
+        steps = self._build(cls._arguments(kwargs))
+        load = next(steps)
+        try:
+            steps.send(await load)
+        except StopIteration:
+            return self
+        raise AssertionError("_build yields once")  # pragma: no cover

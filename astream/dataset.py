@@ -33,12 +33,14 @@ when absent.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import multiprocessing
 import os
 import sys
+import time
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,12 +49,13 @@ from astream.core.state import LoaderState
 from astream.errors import CacheError, ConfigError
 from astream.placement import detect
 from astream.runtime.catalog import Catalog, check_hash_available
-from astream.runtime.config import DatasetConfig, check_dataset, resolve_sources
+from astream.runtime.config import DatasetConfig, check_dataset, resolve_steps
 from astream.runtime.engine import Engine
 from astream.runtime.stats import Stats
 
 __all__ = ["StreamingCore"]
 
+SLICE_S = 0.002  # the longest astream keeps the caller's loop on hot data (see aiter)
 MAX_WORKERS = 1024  # DataLoader workers per rank whose epochs the shared state can track
 _BASE, _START, _GEN, _SLOTS = 0, 1, 2, 3
 
@@ -116,6 +119,12 @@ class _Epochs:
         k = int(a[_SLOTS + worker])
         a[_SLOTS + worker] = k + 1
         return int(a[_BASE]) + k, int(a[_START]) if k == 0 else 0
+
+
+def _bridge_run(coro: Any) -> Any:
+    from astream.runtime import bridge
+
+    return bridge.run(coro)
 
 
 def _worker() -> tuple[int, int] | None:
@@ -231,39 +240,73 @@ class StreamingCore:
         stream_name: str = "stream",
         stream_config: dict[str, Any] | None = None,
     ) -> None:
+        kw = dict(locals())
+        del kw["self"]
+        steps = self._build(kw)
+        load = next(steps)  # the index loads, run on astream's loop thread
+        try:
+            steps.send(_bridge_run(load))
+        except StopIteration:
+            return
+        raise AssertionError("_build yields once")  # pragma: no cover
+
+    @classmethod
+    def _arguments(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Keyword arguments with the constructor's defaults filled in (TypeError as a call
+        with an unknown argument would raise)."""
+        import inspect
+
+        bound = inspect.signature(StreamingCore.__init__).bind(None, **kwargs)
+        bound.apply_defaults()
+        args = dict(bound.arguments)
+        del args["self"]
+        return args
+
+    def _build(self, kw: dict[str, Any]) -> Generator[Any, Any, None]:
+        """The constructor's work, as a generator that yields the one coroutine doing I/O
+        (the index loads) and is sent its result; shared by ``__init__`` and the async
+        ``open`` (:class:`astream.aio.AsyncStreamingDataset`)."""
+        transform = kw["transform"]
+        streams, remote, local, split = kw["streams"], kw["remote"], kw["local"], kw["split"]
+        keep_zip, allow_unsafe_types = kw["keep_zip"], kw["allow_unsafe_types"]
         if transform is not None and not callable(transform):
             raise ConfigError(f"transform must be a callable, got {type(transform).__name__}")
         self.transform = transform
         cfg = DatasetConfig.build(
-            download_retry=download_retry,
-            download_timeout=download_timeout,
-            validate_hash=validate_hash,
-            epoch_size=epoch_size,
-            predownload=predownload,
-            cache_limit=cache_limit,
-            sampling_method=sampling_method,
-            sampling_granularity=sampling_granularity,
-            partition_algo=partition_algo,
-            num_canonical_nodes=num_canonical_nodes,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            shuffle_algo=shuffle_algo,
-            shuffle_seed=shuffle_seed,
-            shuffle_block_size=shuffle_block_size,
-            batching_method=batching_method,
-            replication=replication,
+            **{
+                name: kw[name]
+                for name in (
+                    "download_retry",
+                    "download_timeout",
+                    "validate_hash",
+                    "epoch_size",
+                    "predownload",
+                    "cache_limit",
+                    "sampling_method",
+                    "sampling_granularity",
+                    "partition_algo",
+                    "num_canonical_nodes",
+                    "batch_size",
+                    "shuffle",
+                    "shuffle_algo",
+                    "shuffle_seed",
+                    "shuffle_block_size",
+                    "batching_method",
+                    "replication",
+                )
+            }
         )
         self.cfg = cfg
-        self.stream_specs, sources, stores = resolve_sources(
+        self.stream_specs, sources, stores = yield from resolve_steps(
             streams,
             remote,
             local,
             split,
             cfg,
-            storage_options,
+            kw["storage_options"],
             keep_zip=keep_zip,
-            stream_name=stream_name,
-            stream_config=stream_config,
+            stream_name=kw["stream_name"],
+            stream_config=kw["stream_config"],
         )
         self.catalog = Catalog(sources)
         check_dataset(cfg, self.catalog, self.stream_specs, allow_unsafe_types)
@@ -531,39 +574,75 @@ class StreamingCore:
             progress[0] += 1
             yield self._through(ids.popleft(), x)
 
-    async def aiter(self) -> AsyncIterator[Any]:
+    async def aiter(
+        self,
+        batch_size: int | None = None,
+        *,
+        collate: Callable[[list[Any]], Any] | None = None,
+        drop_last: bool = False,
+        io: str = "thread",
+    ) -> AsyncIterator[Any]:
         """``async for sample in ds.aiter()``: the next epoch on the caller's loop, in the order
         the synchronous path gives with ``num_workers=0`` (through a subclass's ``__getitem__``
-        or ``get_item`` override and ``transform``, as iteration is)."""
+        or ``get_item`` override and ``transform``, as iteration is).
+
+        ``batch_size``: yield lists of that many consecutive samples instead (the last one
+        shorter unless ``drop_last``), passed through ``collate`` if given; a dataset built
+        without ``batch_size`` plans with this one. The loop is given back at least once per
+        planned batch and whenever about 2 ms have passed since astream last gave it back.
+        ``io``: where downloads run (see :meth:`astream.runtime.engine.Engine.aiter_batches`):
+        ``"thread"`` (default; astream's I/O thread, so they go on while a synchronous step
+        blocks the loop) or ``"loop"`` (the caller's loop, no thread).
+        """
+        if batch_size is not None:
+            if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+                raise ConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
+            if self.cfg.batch_size is None:
+                self.batch_size = batch_size
+        if collate is not None and batch_size is None:
+            raise ConfigError("collate needs batch_size: it is applied to each batch")
         batches, progress = self._start_iteration()
         override = _overrides(self)
         ids: collections.deque[int] = collections.deque()
         if override:
             batches = _recorded(batches, ids)
         transform = self.transform
-        async for x in self.engine.aiter_samples(batches):
-            progress[0] += 1
-            if override:
-                yield self._through(ids.popleft(), x)
-            elif transform is not None:
-                yield transform(x)
-            else:
-                yield x
+        source = self.engine.aiter_batches(batches, io=io)
+        clock = time.perf_counter
+        buf: list[Any] = []
+        try:
+            async for out in source:
+                if override:
+                    out = [self._through(ids.popleft(), x) for x in out]
+                elif transform is not None:
+                    out = [transform(x) for x in out]
+                if batch_size is not None:
+                    buf.extend(out)
+                    while len(buf) >= batch_size:
+                        batch, buf = buf[:batch_size], buf[batch_size:]
+                        progress[0] += batch_size
+                        yield batch if collate is None else collate(batch)
+                    continue
+                mark = clock()
+                for k, x in enumerate(out, 1):
+                    progress[0] += 1
+                    yield x
+                    if not k & 31 and clock() - mark > SLICE_S:
+                        await asyncio.sleep(0)
+                        mark = clock()
+            if buf and not drop_last:
+                progress[0] += len(buf)
+                yield buf if collate is None else collate(buf)
+        finally:
+            await source.aclose()
 
     async def aclose(self) -> None:
-        """Close the connections ``aiter``/``aget`` opened on the running loop."""
+        """Close the connections ``io="loop"`` reads opened on the running loop."""
         await self.engine.aclose()
 
     async def aiter_batches(self) -> AsyncIterator[list[Any]]:
-        """Like :meth:`aiter`, grouped into the planned per-device batches."""
-        size = self.cfg.batch_or_1
-        batch: list[Any] = []
-        async for sample in self.aiter():
-            batch.append(sample)
-            if len(batch) == size:
-                yield batch
-                batch = []
-        if batch:
+        """Like :meth:`aiter`, grouped into the planned per-device batches (lists)."""
+        async for batch in self.aiter(self.cfg.batch_or_1):
             yield batch
 
     def __len__(self) -> int:
@@ -608,13 +687,40 @@ class StreamingCore:
             return [self._get(int(i)) for i in np.asarray(index).reshape(-1)]
         raise TypeError(f"index must be an int, slice, list or array, got {type(index).__name__}")
 
-    async def aget(self, index: int) -> Any:
+    async def aget(self, index: int, *, io: str = "thread") -> Any:
+        """``ds[index]`` for a coroutine: the read (a cached map, or two ranged GETs) runs on
+        astream's I/O thread (``io="thread"``) or on the caller's loop (``io="loop"``); the
+        loop is never blocked."""
         n = self.catalog.num_samples
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"index must be an int, got {type(index).__name__}")
         i = int(index) + (n if int(index) < 0 else 0)
         if not 0 <= i < n:
             raise IndexError(f"sample index {index} out of range for {n} samples")
-        x = await self.engine.aget(i)
+        if io == "thread":
+            from astream.runtime import bridge
+
+            x = await asyncio.wrap_future(bridge.submit(self.engine.aget(i)))
+        elif io == "loop":
+            x = await self.engine.aget(i)
+        else:
+            raise ConfigError(f"io must be 'thread' or 'loop', got {io!r}")
         return self._through(i, x) if _overrides(self) or self.transform is not None else x
+
+    async def aget_many(
+        self, indices: Iterable[int], *, concurrency: int = 16, io: str = "thread"
+    ) -> list[Any]:
+        """Samples ``indices``, in that order, read ``concurrency`` at a time."""
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        ids = [int(i) for i in indices]
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(i: int) -> Any:
+            async with sem:
+                return await self.aget(i, io=io)
+
+        return list(await asyncio.gather(*(one(i) for i in ids)))
 
     # -- checkpoints ---------------------------------------------------------------------------
     def _position(self) -> tuple[int, int]:

@@ -1,7 +1,9 @@
 """Who am I in the job: nodes, ranks and DataLoader workers, read from torchrun and torch.
 
-torch is optional here (imported only if installed): an asyncio trainer without torch is a
-single rank with no workers unless torchrun's variables say otherwise.
+torch is never imported here: only a program that imported it can have a process group or
+DataLoader workers, so those are asked only when ``torch`` is already in ``sys.modules``. An
+asyncio trainer without torch is a single rank with no workers unless torchrun's variables say
+otherwise, and pays neither torch's import time (1-2 s) nor its memory.
 
 torchrun sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE``; without them a
 process group the *user* initialised is asked (we never create or destroy one); without either
@@ -11,6 +13,7 @@ this is a single process. The DataLoader's ``get_worker_info()`` gives the worke
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 from astream.core.world import World
@@ -40,13 +43,9 @@ def _ranks() -> tuple[int, int, int]:
     """(global rank, world size, ranks per node)."""
     rank, size = _env_int("RANK"), _env_int("WORLD_SIZE")
     if rank is None or size is None:
-        try:
-            import torch.distributed as dist
-
-            if dist.is_available() and dist.is_initialized():
-                rank, size = dist.get_rank(), dist.get_world_size()
-        except ImportError:  # pragma: no cover - torch is this layer's dependency
-            pass
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            rank, size = dist.get_rank(), dist.get_world_size()
     if rank is None or size is None:
         return 0, 1, 1
     local = _env_int("LOCAL_WORLD_SIZE") or size
@@ -62,14 +61,11 @@ def detect(replication: int | None = None) -> Placement:
     replica that sees the same samples (tensor/sequence parallelism)."""
     rank, size, local = _ranks()
     workers, worker = 1, 0
-    try:
-        from torch.utils.data import get_worker_info
-
-        info = get_worker_info()
+    data = sys.modules.get("torch.utils.data")
+    if data is not None:
+        info = data.get_worker_info()
         if info is not None:
             workers, worker = info.num_workers, info.id
-    except ImportError:  # pragma: no cover
-        pass
     if replication is not None and replication > 1:
         if local % replication:
             raise ConfigError(f"replication={replication} must divide the ranks per node ({local})")

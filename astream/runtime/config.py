@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Coroutine, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,8 @@ __all__ = [
     "default_local",
     "resolve_sources",
 ]
+
+Resolved = tuple[list[StreamSpec], list[StreamSource], StorePool]
 
 MAX_EPOCH_SIZE = 1 << 40
 MAX_PREDOWNLOAD = 1 << 22
@@ -336,7 +338,30 @@ def _check_weights(weights: list[tuple[Any, Any, Any]], epoch_size: int | None) 
         )
 
 
-def resolve_sources(
+def resolve_sources(*args: Any, **kwargs: Any) -> Resolved:
+    """Resolve and load every stream, the index loads on astream's loop thread (blocking);
+    see :func:`resolve_steps` for the arguments."""
+    steps = resolve_steps(*args, **kwargs)
+    load = next(steps)
+    try:
+        steps.send(bridge.run(load))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    raise AssertionError("resolve_steps yields once")  # pragma: no cover
+
+
+async def aresolve_sources(*args: Any, **kwargs: Any) -> Resolved:
+    """:func:`resolve_sources` with the index loads awaited on the running loop."""
+    steps = resolve_steps(*args, **kwargs)
+    load = next(steps)
+    try:
+        steps.send(await load)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    raise AssertionError("resolve_steps yields once")  # pragma: no cover
+
+
+def resolve_steps(
     streams: Sequence[Any] | None,
     remote: str | None,
     local: str | None,
@@ -347,8 +372,12 @@ def resolve_sources(
     keep_zip: bool | None = None,
     stream_name: str = "stream",
     stream_config: dict[str, Any] | None = None,
-) -> tuple[list[StreamSpec], list[StreamSource], StorePool]:
+) -> Generator[Coroutine[Any, Any, list[Index]], list[Index], Resolved]:
     """Resolve and load every stream (fetching and revalidating remote indexes).
+
+    A generator, so that one definition serves the blocking and the async constructor: it
+    yields the coroutine that loads the indexes once, is sent its result, and returns
+    ``(specs, sources, stores)`` (drivers: :func:`resolve_sources`, :func:`aresolve_sources`).
 
     Each ``Stream``'s own ``download_retry``/``download_timeout``/``validate_hash``/``keep_zip``
     override the dataset's for that stream (its :class:`StreamSource` and its store's retry
@@ -437,7 +466,7 @@ def resolve_sources(
             out.append(await load_index(None if r is None else pool.get(r), lo))
         return out
 
-    indexes = bridge.run(load_all())
+    indexes = yield load_all()
     sources = [
         StreamSource(
             r,
