@@ -6,9 +6,12 @@ import time
 import tracemalloc
 
 import numpy as np
+import pytest
 
 from astream.core.order import StreamSpec, plan_epoch
 from astream.core.world import World
+
+from .helpers import round_robin
 
 
 def test_billion_sample_epoch_is_lazy():
@@ -34,3 +37,25 @@ def test_billion_sample_epoch_is_lazy():
     assert got.tolist() == p.global_ids(0, 0).tolist() + p.ids_at(pos).tolist()
     assert peak < 200e6, peak  # nothing O(epoch): 1e9 int64 ids would be 8 GB
     assert elapsed < 20, elapsed  # generous for a loaded CI box; ~0.2 s here
+
+
+@pytest.mark.parametrize("ncn", [10**7, 10**9])
+def test_planning_cost_does_not_grow_with_num_canonical_nodes(ncn):
+    """More canonical nodes than samples: each sample is its own canonical node; only the
+    nodes a position touches are ever cut (this took 60 s at 10**7 and hung at 10**9)."""
+    sizes = np.full(20, 100, np.int64)
+    t0 = time.perf_counter()
+    p = plan_epoch(
+        [StreamSpec(sizes)], seed=2, epoch=0, num_canonical_nodes=ncn, batch_size=16, shuffle=True
+    )
+    world = World(1, 2, 2)
+    got = [np.concatenate(list(round_robin(p, world, r))) for r in range(2)]
+    elapsed = time.perf_counter() - t0
+    assert [len(g) for g in got] == [1000, 1000]
+    assert sorted(np.concatenate(got).tolist()) == list(range(2000))
+    # interleaving 2000 one-sample canonical nodes is the run layout itself
+    assert p.global_ids(0, 2000).tolist() == plan_epoch(
+        [StreamSpec(sizes)], seed=2, epoch=0, num_canonical_nodes=2000, batch_size=16,
+        shuffle=True,
+    ).global_ids(0, 2000).tolist()  # fmt: skip
+    assert elapsed < 10, elapsed  # ~0.3 s here

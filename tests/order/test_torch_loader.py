@@ -37,3 +37,29 @@ def test_dataloader_reproduces_planned_rank_sequence(num_workers, start):
         got = [i for b in loader for i in b.tolist()]
         assert got == planned_rank_sequence(p, world, rank, start)
         assert len(got) == p.rank_num_samples(world, rank, start)
+
+
+class PlanSamples(PlanDataset):
+    """Yields single ids, so the DataLoader itself batches (as with a real dataset)."""
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            yield from batch.tolist()
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_dataloader_batches_the_epoch_exactly_and_honours_drop_last(num_workers, drop_last):
+    p = plan([17, 30, 9, 25], num_canonical_nodes=2, batch_size=4, shuffle_block_size=10)
+    world = World(1, 1, max(num_workers, 1))  # one rank: 81 samples, no padding
+    loader = DataLoader(
+        PlanSamples(p, world, 0, 0), batch_size=4, num_workers=num_workers, drop_last=drop_last
+    )
+    got = [b.tolist() for b in loader]
+    want = p.global_ids(0, 81).tolist()
+    if drop_last:  # the one partial batch (its worker's last) is dropped
+        assert [len(b) for b in got] == [4] * 20
+        assert [i for b in got for i in b] == want[:80]
+    else:
+        assert [len(b) for b in got] == [4] * 20 + [1]
+        assert [i for b in got for i in b] == want
