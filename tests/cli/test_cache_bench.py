@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 import subprocess
 import sys
 import uuid
+import weakref
 
 import pytest
 
@@ -34,15 +37,30 @@ def test_cache_list_and_clear_real_entries(cli, tmp_path, monkeypatch, s3_plain)
     ds = StreamingDataset(remote=s3_plain, batch_size=10)
     assert len(list(ds)) == 200
     [entry] = os.listdir(root)
+    # the dataset lives: this process holds the entry's lease
+    info = cli("cache", "list", "--json").json()
+    [e] = info["entries"]
+    assert (e["in_use"], e["pids"], e["remote"]) == (True, [os.getpid()], s3_plain)
+    r = cli("cache", "clear", entry)
+    assert r.code == 2
+    assert r.err == (
+        f"astream: error: cache entry {root / entry} is in use by pid {os.getpid()}; stop it "
+        "first, or pass --force to delete it anyway\n"
+    )
+    wc = weakref.ref(ds.catalog)
+    del ds
+    _forget()
+    assert wc() is None  # the dataset is gone: so is its lease
     info = cli("cache", "list", "--json").json()
     [e] = info["entries"]
     size = sum(
         os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root / entry) for f in fs
     )
     assert (e["name"], e["bytes"], e["samples"], e["in_use"]) == (entry, size, 200, False)
-    assert e["shards"] == len(ds.shards) and info["bytes"] == size
+    assert e["shards"] == 5 and info["bytes"] == size and info["not_entries"] == []
 
-    # a reader's pin (a shared flock, as the engine takes it) makes the entry "in use"
+    # a reader's pin (a shared flock, as the engine takes it) makes the entry "in use", and
+    # /proc/locks names its holder
     pin = FileLock(lock_path(str(root / entry), "shard.00000.mds", "pin"))
     pin.shared()
     try:
@@ -50,7 +68,8 @@ def test_cache_list_and_clear_real_entries(cli, tmp_path, monkeypatch, s3_plain)
         r = cli("cache", "clear", entry)
         assert r.code == 2
         assert r.err == (
-            f"astream: error: cache entry {root / entry} is in use by a running process (--force)\n"
+            f"astream: error: cache entry {root / entry} is in use by pid {os.getpid()}; stop "
+            "it first, or pass --force to delete it anyway\n"
         )
         assert os.path.isdir(root / entry)
     finally:
@@ -60,11 +79,29 @@ def test_cache_list_and_clear_real_entries(cli, tmp_path, monkeypatch, s3_plain)
     assert os.listdir(root) == []
 
 
+def _forget():
+    """Collect what the caller deleted. On Python 3.11 a frame whose ``f_locals`` was read
+    (the dataset looks for a DataLoader iterator up the stack) keeps a snapshot of its locals
+    until it is read again: refresh the caller's, then collect."""
+    sys._getframe(1).f_locals  # noqa: B018
+    gc.collect()
+
+
+def _entry(root, name, n=20):
+    """A directory as astream makes one: an MDS dataset's index and shards, marked."""
+    from astream.runtime.binding import mark_entry
+    from tests.reliability.conftest import write_ds
+
+    d = root / name
+    write_ds(str(d), n)
+    mark_entry(str(d), "s3://b/" + name)
+    return d
+
+
 def test_cache_clear_arguments(cli, tmp_path):
     root = tmp_path / "r"
-    (root / "a").mkdir(parents=True)
-    (root / "b").mkdir()
-    (root / "b" / "f").write_bytes(b"12345")
+    _entry(root, "a")
+    _entry(root, "b")
     r = cli("cache", "clear", "--dir", str(root))
     assert r.err == "astream: error: cache clear: give entry names or --all (not both)\n"
     r = cli("cache", "clear", "--dir", str(root), "..")
@@ -72,8 +109,142 @@ def test_cache_clear_arguments(cli, tmp_path):
     r = cli("cache", "clear", "--dir", str(root), "zz")
     assert r.err == f"astream: error: cache clear: no entry 'zz' under {root}\n"
     r = cli("cache", "clear", "--dir", str(root), "--all")
-    assert r.out == f"cleared 2 entries under {root}, 5 B freed\n"
+    assert r.out.startswith(f"cleared 2 entries under {root}, ")
     assert os.listdir(root) == []
+
+
+def _tree(path):
+    out = {}
+    for d, _, fs in os.walk(path):
+        for f in fs:
+            with open(os.path.join(d, f), "rb") as fh:
+                out[os.path.relpath(os.path.join(d, f), path)] = fh.read()
+    return out
+
+
+def test_cache_never_deletes_what_astream_did_not_create(cli, tmp_path, monkeypatch, s3_plain):
+    """Issue 12: `clear --all --dir D` deleted every sub-directory of D (photos, a converted
+    dataset), and so did ASTREAM_CACHE_DIR pointed at a data folder."""
+    from astream.cli.common import human_bytes
+
+    from tests.reliability.conftest import write_ds
+
+    data = tmp_path / "data"
+    (data / "photos").mkdir(parents=True)
+    (data / "photos" / "cat.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    write_ds(str(data / "converted"), 50)  # an MDSWriter output: index.json and shards
+    ours = _entry(data, "ours")
+    (ours / "shard.00000.mds.tmp-12-ab").write_bytes(b"partial")  # a dead download's: ours
+    mine = _entry(data, "mine")
+    (mine / "notes.txt").write_text("a file a person put into an entry")
+    before = _tree(data)
+
+    r = cli("cache", "list", "--dir", str(data))
+    assert r.out.splitlines()[0].startswith(f"cache root {data}: 2 entries, ")
+    assert [x.split()[0] for x in r.out.splitlines()[1:3]] == ["mine", "ours"]
+    assert r.out.splitlines()[-1] == (
+        "not astream cache entries (never cleared): converted, photos"
+    )
+    r = cli("cache", "clear", "--dir", str(data), "photos")
+    assert r.code == 2 and r.err == (
+        f"astream: error: {data / 'photos'} is not an astream cache entry (astream did not "
+        "create it: no .astream/entry mark); delete it yourself if you mean to\n"
+    )
+    r = cli("cache", "clear", "--dir", str(data), "mine")
+    assert r.code == 2 and r.err == (
+        f"astream: error: cache entry {data / 'mine'} holds files astream did not put there "
+        "(notes.txt); move them out or delete it yourself\n"
+    )
+    r = cli("cache", "clear", "--dir", str(data), "--all")
+    assert r.code == 2  # all or nothing: refused because of `mine`
+    assert _tree(data) == before
+    (mine / "notes.txt").unlink()
+    freed = sum(len(v) for k, v in _tree(data).items() if k.split("/")[0] in ("ours", "mine"))
+    r = cli("cache", "clear", "--dir", str(data), "--all")
+    assert r.code == 0, r.err
+    assert r.out.splitlines() == [
+        f"cleared 2 entries under {data}, {human_bytes(freed)} freed",
+        "left alone (not astream cache entries): converted, photos",
+    ]
+    assert sorted(os.listdir(data)) == ["converted", "photos"]
+    assert {k: v for k, v in before.items() if k.split("/")[0] in ("converted", "photos")} == (
+        _tree(data)
+    )
+
+    # ASTREAM_CACHE_DIR at the data folder: the dataset's own directory is an entry, the rest not
+    monkeypatch.setenv("ASTREAM_CACHE_DIR", str(data))
+    ds = StreamingDataset(remote=s3_plain, batch_size=10)
+    assert len(list(ds)) == 200
+    del ds
+    _forget()
+    [mine_now] = [e["name"] for e in cli("cache", "list", "--json").json()["entries"]]
+    r = cli("cache", "clear", "--all")
+    assert r.code == 0 and r.out.splitlines()[0].startswith("cleared 1 entries")
+    assert sorted(os.listdir(data)) == ["converted", "photos"] and mine_now not in os.listdir(data)
+    # and a dataset read in place, or an MDSWriter output used as `local`, is never an entry
+    StreamingDataset(local=str(data / "converted"), batch_size=10)
+    assert cli("cache", "list", "--json").json()["entries"] == []
+
+
+HOLDER = r"""
+import sys, time
+from torch.utils.data import DataLoader
+from astream import StreamingDataset
+ds = StreamingDataset(remote=sys.argv[1], batch_size=5)
+it = iter(DataLoader(ds, batch_size=5, num_workers=2, collate_fn=list))  # _workers: processes
+next(it)
+print(" ".join(str(w.pid) for w in it._workers), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_cache_shows_every_process_of_a_live_job_and_refuses_it(
+    cli, tmp_path, monkeypatch, s3_plain
+):
+    root = tmp_path / "root"
+    remote = s3_plain
+    env = {**os.environ, "ASTREAM_CACHE_DIR": str(root), "PYTHONPATH": ROOT}
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, remote],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        workers = sorted(int(x) for x in p.stdout.readline().split())
+        assert len(workers) == 2, p.stderr.read() if p.poll() is not None else "no pids"
+        monkeypatch.setenv("ASTREAM_CACHE_DIR", str(root))
+        [e] = cli("cache", "list", "--json").json()["entries"]
+        assert e["in_use"] is True and e["pids"] == sorted([p.pid, *workers])
+        r = cli("cache", "clear", "--all")
+        assert r.code == 2
+        assert r.err == (
+            f"astream: error: cache entry {root / e['name']} is in use by pids "
+            f"{', '.join(map(str, sorted([p.pid, *workers])))}; stop it first, or pass --force "
+            "to delete it anyway\n"
+        )
+        assert os.path.isdir(root / e["name"])
+        assert f"in use by pids {p.pid}" in cli("cache", "list").out
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    # the job ended: its leases died with it (a killed job's too: flocks)
+    [e] = cli("cache", "list", "--json").json()["entries"]
+    assert (e["in_use"], e["pids"]) == (False, [])
+    assert cli("cache", "clear", "--all").code == 0 and os.listdir(root) == []
+
+
+def test_cache_clear_force_deletes_an_entry_in_use(cli, tmp_path, monkeypatch, s3_plain):
+    root = tmp_path / "root"
+    monkeypatch.setenv("ASTREAM_CACHE_DIR", str(root))
+    ds = StreamingDataset(remote=s3_plain, batch_size=10)
+    [name] = os.listdir(root)
+    r = cli("cache", "clear", "--force", name)
+    assert r.code == 0 and os.listdir(root) == []
+    del ds
 
 
 def test_bench_local_pass(cli, tmp_path):
