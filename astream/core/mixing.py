@@ -23,7 +23,9 @@ Theory of operation
    Item ``i`` of the partial repeat maps to its id in O(log shards); the pieces of the partial
    repeat are its per-shard item ranges, so the total is O(shards * (q + 1)) pieces and never
    O(samples). ``sampling_method="balanced"`` seeds the partial selection with the epoch (a new
-   draw each epoch); ``"fixed"`` seeds it without (the same samples every epoch).
+   draw each epoch); ``"fixed"`` seeds it without (the same samples every epoch). Without
+   shuffle, the shard line is seeded without the epoch (each shard gives the same count every
+   epoch, as the reference) and the pieces come in index order (``index_order``).
 
 A piece is a run of ``length`` positions; position ``j`` of a piece is id ``a + j`` (kind 0,
 contiguous) or ``partial[stream].ids(a + j)`` (kind 1). Each piece lies in one shard.

@@ -7,7 +7,8 @@ Theory of operation
 stream's offset -- the sample count of all earlier streams -- plus the index inside the stream).
 ``G`` is a pure function of (shard sizes, weights, seed, epoch, ``num_canonical_nodes``,
 shuffle settings, block size, mixing settings). It does NOT depend on the World nor on the
-batch size (except ``stratified``, whose stratum is ``global_batch_size``).
+batch size (except ``stratified`` and ``per_stream``, whose unit is ``global_batch_size``, and
+``device_per_stream``, whose unit is the device batch).
 
 - ``batching_method="random"``: all streams' pieces form one :class:`SubPlan`
   (canonical nodes + shuffle blocks, :mod:`astream.core.partition`); proportions hold in
@@ -19,23 +20,32 @@ batch size (except ``stratified``, whose stratum is ``global_batch_size``).
   stream after stream. The epoch has ``F = min_s floor(chosen_s / k_s)`` full strata, and each
   stream's count is reset to ``F * k_s`` *before* its samples are picked, so a stream never
   repeats a sample before using every one (its surplus is simply not chosen this epoch).
+- ``batching_method="per_stream"``: each stream has its own SubPlan, cut into whole chunks of
+  ``U = global_batch_size`` (the remainder dropped); the chunks of all streams are put in a
+  seeded stream order. A World deals it when ``R * bs`` divides ``U``, from whole global batches.
+- ``batching_method="device_per_stream"``: canonical node ``c`` of each stream's SubPlan is cut
+  into whole device batches; each node's chunks get a seeded stream order and the first ``C``
+  are kept (``C`` = the fewest any node has); chunk ``q`` of ``G`` is chunk ``q // ncn`` of node
+  ``q % ncn``. Dealt chunk by chunk: rank slot ``s`` takes chunk ``k / bs + j * R + s``.
 
-**Dealing** (:meth:`EpochPlan.worker_batches`). With ``R`` ranks, per-device batch ``bs`` and
-global batch ``GB = R * bs``, resuming at global position ``k`` (0 for a fresh epoch):
+With ``shuffle=False`` every SubPlan is in index order (:func:`build_pieces` ``index_order``).
 
-- global batch ``j`` is positions ``[k + j*GB, k + (j+1)*GB)``; rank ``g = node * rpn + local``
-  has slot ``s = node + num_nodes * local`` and takes positions ``k + j*GB + s + R*i`` for
-  ``i < bs`` (so a physical node reads positions ``= node (mod num_nodes)``, i.e. only its own
-  canonical nodes when ``num_nodes`` divides ``ncn``, or one canonical node when ``ncn``
-  divides ``num_nodes``; other combinations raise ``ConfigError``);
+**Dealing** (:meth:`EpochPlan.worker_batches`). With ``R`` ranks and per-device batch ``bs``,
+resuming at global position ``k`` (0 for a fresh epoch), ``M = N - k`` positions remain:
+
+- rank ``g = node * rpn + local`` has slot ``s = node + num_nodes * local``; its sample ``i``
+  is position ``k + i * R + s`` and its batch ``j`` its samples ``[j * bs, (j + 1) * bs)``.
+  So a physical node reads positions ``= node (mod num_nodes)``, round-robin over its ranks (the
+  reference's layout): its own canonical nodes when ``num_nodes`` divides ``ncn``, one when
+  ``ncn`` divides ``num_nodes``; ``partition_algo="orig"`` refuses any other World,
+  ``"relaxed"`` deals it the same sequence;
 - rank batch ``j`` is yielded by DataLoader worker ``j % workers_per_rank``, so torch's
   round-robin over workers reproduces the rank's sequence.
 
-**Padding rule.** From ``k``, the ``M = N - k`` remaining positions are padded to
-``ceil(M / GB) * GB`` (``(-M) mod GB < GB`` pad positions, all at the very end); pad position
-``p >= N`` holds ``G[(p - N) mod N]``, i.e. samples repeated from the start of the epoch. So
-every rank yields the same number of full batches, and every chosen sample appears exactly once
-before any padding.
+**Padding rule: only where needed.** Every rank yields ``ceil(M / R)`` samples, its last batch
+partial when ``bs`` does not divide that; the ``(-M) mod R`` positions past ``N`` are pads, each
+the last sample of a rank, and read the real position the reference repeats there
+(:meth:`EpochPlan._pad_source`). One rank: exactly ``G[k:]``, no pad.
 """
 
 from __future__ import annotations

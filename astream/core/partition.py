@@ -11,8 +11,9 @@ O(block) once per block touched. Nothing here is O(N).
    which keeps caches warm): with ``shuffle`` the pieces are ordered by a seeded 64-bit key per
    shard (ties: generation order); without, they stay in index order.
 2. *Canonical nodes*: node ``c`` gets ``L_c = ceil((N - c) / ncn)`` positions, the contiguous
-   range of that layout starting at ``sum(L_0..L_{c-1})``. A piece that straddles two nodes is
-   cut in two.
+   range of that layout starting at ``sum(L_0..L_{c-1}) = c * (N // ncn) + min(c, N % ncn)``.
+   A piece that straddles two nodes is cut in two. A node is cut only when one of its positions
+   is first read (O(log pieces + its pieces)), so nothing is O(ncn).
 3. *Per epoch, per node* (``shuffle`` only): the node's pieces are put in a seeded order
    (key ``(seed, NODE, epoch, sub, c)``), and the node's positions are cut into blocks of
    ``block_size``. Node position ``t`` lies in block ``b = t // block_size``; the block's
