@@ -598,7 +598,7 @@ def _check_plan(cfg: DatasetConfig, specs: list[StreamSpec]) -> None:
 
     place = detect(cfg.replication)
     kwargs = cfg.plan_kwargs()
-    if cfg.batching_method == "stratified":
+    if cfg.batching_method in ("stratified", "per_stream"):  # as StreamingDataset.plan
         kwargs["global_batch_size"] = cfg.batch_or_1 * place.world.num_ranks
     plan = plan_epoch(specs, epoch=0, **kwargs)
     plan.rank_num_samples(place.world, place.rank, 0)
