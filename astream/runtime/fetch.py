@@ -31,7 +31,7 @@ from typing import Any
 from astream.core.compression import decompress
 from astream.core.hashing import hexdigest
 from astream.errors import FormatError, IntegrityError, ObjectNotFoundError
-from astream.runtime.cache import TMP_MARK, CacheSpace, ShardFiles
+from astream.runtime.cache import TMP_MARK, CacheSpace, ShardFiles, disk_error
 from astream.runtime.locks import FileLock
 from astream.runtime.stats import Stats
 from astream.storage.base import ObjectStore
@@ -87,6 +87,29 @@ class ShardFetcher:
         self.part_concurrency = part_concurrency
 
     async def download(self, shard: RemoteShard, *, block: bool = True) -> bool:
+        """Make the shard's raw file present. False only if ``block`` is false and the cache
+        has no room without waiting, or another process is fetching the shard already.
+
+        A full or unwritable cache directory (ENOSPC, EDQUOT, EFBIG, EACCES, EPERM, EROFS from
+        a lock, a temporary file, a write, an inflate or a rename) is a :class:`CacheError`
+        naming the directory, the bytes needed and ``cache_limit``; the temporary files are
+        gone by then, so nothing partial is ever trusted."""
+        try:
+            return await self._download(shard, block=block)
+        except OSError as exc:
+            files = shard.files
+            err = disk_error(
+                exc,
+                exc.filename or files.raw_path,
+                root=files.root,
+                need=files.footprint(),
+                limit=self.space.limit,
+            )
+            if err is None:
+                raise
+            raise err from exc
+
+    async def _download(self, shard: RemoteShard, *, block: bool = True) -> bool:
         """Make the shard's raw file present. False only if ``block`` is false and the cache
         has no room without waiting, or another process is fetching the shard already."""
         files = shard.files
@@ -273,7 +296,7 @@ class ShardFetcher:
                             f"{len(data)} bytes for range {start}-{end}",
                             store.url_for(key),
                         )
-                    await loop.run_in_executor(None, os.pwrite, fd, data, start)
+                    await loop.run_in_executor(None, _pwrite_all, fd, data, start)
                     self.stats.bytes_fetched += len(data)
 
             if not parts:
@@ -293,6 +316,17 @@ async def _gather_all(*coros: Coroutine[Any, Any, None]) -> None:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset``. A nearly full disk makes ``pwrite`` write only part
+    (its return value): ignoring it left a hole in a file of the right size -- zeros served as
+    shard bytes, or SIGBUS reading the map on tmpfs. The next call raises ENOSPC instead."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view = view[n:]
+        offset += n
 
 
 def _check_inside(files: ShardFiles) -> None:
