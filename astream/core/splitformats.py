@@ -6,6 +6,11 @@ formats the data file starts with a header line of column names, so ``offsets[0]
 length; for json it is 0. A sample is ``data[offsets[i]:offsets[i+1]]`` minus the trailing
 newline: json lines decode with ``json.loads``; xsv lines split on the separator (no quoting,
 as the reference writes them) and each field is parsed as str, int or float.
+
+``SplitDecoder`` holds the per-layout part (format, columns, separator, newline) and decodes one
+sample's bytes; ``split_offsets`` validates a meta file against its index entry and the data
+file's size. ``SplitShardView`` (LocalDataset) and the streaming reader (runtime/reader.py)
+both use them, so a shard decodes the same whichever path reads it.
 """
 
 from __future__ import annotations
@@ -17,37 +22,105 @@ from astream.core.index import ShardEntry
 from astream.core.shard import parse_offsets
 from astream.errors import FormatError
 
-__all__ = ["SplitShardView"]
+__all__ = ["SplitDecoder", "SplitShardView", "split_offsets"]
 
 _PARSE = {"str": str, "int": int, "float": float}
+_DECODE_KEYS = ("format", "newline", "separator", "columns", "column_names", "column_encodings")
+
+
+def split_offsets(meta: Any, entry: ShardEntry, source: str) -> list[int]:
+    """The ``N+1`` data-file offsets of a split shard's (uncompressed) meta file, validated:
+    sample count, order, last offset == the data file's size, and the config JSON after the
+    offsets agreeing with the index on everything decoding depends on."""
+    if entry.raw_meta is None:
+        raise FormatError(f"not a split-format shard: {entry.format!r}", source)
+    mv = memoryview(meta).cast("B")
+    if len(mv) != entry.raw_meta.bytes:
+        raise FormatError(
+            f"meta file is {len(mv)} bytes, index says {entry.raw_meta.bytes}", source
+        )
+    offsets = parse_offsets(mv, source, entry.samples, entry.raw_data.bytes, min_first=0)
+    try:
+        config = json.loads(bytes(mv[4 * (entry.samples + 2) :]))
+    except (ValueError, UnicodeDecodeError):
+        raise FormatError("meta file config JSON is corrupt", source) from None
+    if not isinstance(config, dict):
+        raise FormatError("meta file config JSON is not an object", source)
+    want = entry.config()
+    for key in _DECODE_KEYS:
+        if key in want and config.get(key) != want[key]:
+            raise FormatError(
+                f"meta file config {key} {config.get(key)!r} differs from the index {want[key]!r}",
+                source,
+            )
+    out: list[int] = offsets.tolist()
+    return out
+
+
+class SplitDecoder:
+    """Decodes one sample's bytes (one line, newline included) for one split-shard layout."""
+
+    __slots__ = ("_cols", "_json", "_newline", "_sep", "source")
+
+    def __init__(self, entry: ShardEntry, source: str) -> None:
+        if entry.format == "mds" or entry.raw_meta is None:
+            raise FormatError(f"not a split-format shard: {entry.format!r}", source)
+        self.source = source
+        self._json = entry.format == "json"
+        self._newline = (entry.newline or "").encode("utf-8")
+        self._sep = entry.separator or {"csv": ",", "tsv": "\t"}.get(entry.format, "")
+        self._cols = [
+            (name, _PARSE[enc]) for name, enc in zip(entry.column_names, entry.column_encodings)
+        ]
+
+    def decode(self, buf: Any) -> dict[str, Any]:
+        reason = ""
+        try:
+            return self._decode(buf)
+        except ValueError as exc:
+            reason = str(exc)
+        raise FormatError(f"cannot decode sample ({reason})", self.source)
+
+    def decode_at(self, buf: Any, i: int) -> dict[str, Any]:
+        """``decode``, naming sample ``i`` of the shard in the error."""
+        reason = ""
+        try:
+            return self._decode(buf)
+        except ValueError as exc:
+            reason = str(exc)
+        raise FormatError(f"sample {i}: cannot decode ({reason})", self.source)
+
+    def _decode(self, buf: Any) -> dict[str, Any]:
+        raw = bytes(buf)
+        nl = self._newline
+        if nl and raw.endswith(nl):
+            raw = raw[: -len(nl)]
+        text = raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
+        if self._json:
+            obj = json.loads(text)
+            if not isinstance(obj, dict):
+                raise ValueError("a json sample must be an object")
+            return obj  # type: ignore[no-any-return]
+        parts = text.split(self._sep)
+        if len(parts) != len(self._cols):
+            raise ValueError(f"{len(parts)} fields, expected {len(self._cols)}")
+        return {name: parse(p) for (name, parse), p in zip(self._cols, parts)}
 
 
 class SplitShardView:
     """Random access to the samples of one uncompressed split shard (data + meta buffers)."""
 
     def __init__(self, data: Any, meta: Any, entry: ShardEntry, source: str) -> None:
-        if entry.format == "mds" or entry.raw_meta is None:
-            raise FormatError(f"not a split-format shard: {entry.format!r}", source)
+        self.decoder = SplitDecoder(entry, source)
         data_mv = memoryview(data).cast("B")
-        meta_mv = memoryview(meta).cast("B")
-        for label, mv, info in (
-            ("data", data_mv, entry.raw_data),
-            ("meta", meta_mv, entry.raw_meta),
-        ):
-            if len(mv) != info.bytes:
-                raise FormatError(
-                    f"{label} file is {len(mv)} bytes, index says {info.bytes}", source
-                )
-        offsets = parse_offsets(meta_mv, source, entry.samples, len(data_mv), min_first=0)
-        self._offsets: list[int] = offsets.tolist()
+        if len(data_mv) != entry.raw_data.bytes:
+            raise FormatError(
+                f"data file is {len(data_mv)} bytes, index says {entry.raw_data.bytes}", source
+            )
+        self._offsets = split_offsets(meta, entry, source)
         self._data = data_mv
         self.entry = entry
         self.source = source
-        self._newline = (entry.newline or "").encode("utf-8")
-        self._sep = entry.separator or {"csv": ",", "tsv": "\t"}.get(entry.format, "")
-        self._cols = [
-            (name, _PARSE[enc]) for name, enc in zip(entry.column_names, entry.column_encodings)
-        ]
 
     def __len__(self) -> int:
         return len(self._offsets) - 1
@@ -59,20 +132,4 @@ class SplitShardView:
         return self._data[off[i] : off[i + 1]]
 
     def sample(self, i: int) -> dict[str, Any]:
-        raw = bytes(self.sample_bytes(i))
-        nl = self._newline
-        if nl and raw.endswith(nl):
-            raw = raw[: -len(nl)]
-        try:
-            text = raw.decode("utf-8")
-            if self.entry.format == "json":
-                obj = json.loads(text)
-                if not isinstance(obj, dict):
-                    raise ValueError("a json sample must be an object")
-                return obj
-            parts = text.split(self._sep)
-            if len(parts) != len(self._cols):
-                raise ValueError(f"{len(parts)} fields, expected {len(self._cols)}")
-            return {name: parse(p) for (name, parse), p in zip(self._cols, parts)}
-        except ValueError as exc:
-            raise FormatError(f"sample {i}: cannot decode ({exc})", self.source) from None
+        return self.decoder.decode_at(self.sample_bytes(i), i)

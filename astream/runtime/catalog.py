@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -81,13 +81,8 @@ class Catalog:
             sizes = src.index.sample_counts()
             self.stream_sizes.append(sizes)
             for entry in src.index.shards:
-                if entry.format != "mds":
-                    raise ConfigError(
-                        f"stream {k} ({src.remote or src.local}): streaming {entry.format!r} "
-                        "shards is not supported yet (MDS only); read it with LocalDataset"
-                    )
                 self.entries.append(entry)
-                self.shards.append(_remote_shard(src, entry))
+                self.shards.append(_with_meta(entry, _remote_shard(src, entry)))
                 self.shard_stream.append(k)
                 counts.append(entry.samples)
         self.starts = np.zeros(len(counts) + 1, dtype=np.int64)
@@ -99,12 +94,18 @@ class Catalog:
         for sizes in self.stream_sizes:
             firsts.append(firsts[-1] + int(sizes.sum()))
         self.stream_starts = firsts
-        self.max_footprint = max(s.files.footprint() for s in self.shards)
+        self.max_footprint = max(
+            s.files.footprint() + (s.meta.files.footprint() if s.meta is not None else 0)
+            for s in self.shards
+        )
         # this process uses these cache directories for as long as the catalog lives
         hold_leases(self, [s.local for s in sources])
 
     def files(self) -> list[ShardFiles]:
-        return [s.files for s in self.shards]
+        """Every file the cache may hold: each shard's, and each split shard's meta file."""
+        out = [s.files for s in self.shards]
+        out.extend(s.meta.files for s in self.shards if s.meta is not None)
+        return out
 
     def locate(
         self, ids: np.ndarray[Any, np.dtype[np.int64]]
@@ -145,6 +146,33 @@ def _remote_shard(src: StreamSource, entry: ShardEntry) -> RemoteShard:
         validate_hash=src.validate_hash,
         keep_zip=src.keep_zip,
     )
+
+
+def _with_meta(entry: ShardEntry, data: RemoteShard) -> RemoteShard:
+    """A split-format shard (json/csv/tsv/xsv: a data file and a meta file holding its sample
+    offsets) is its data file with the meta file as a companion, which the fetcher brings
+    first. The meta file is a cache file of its own (own locks, evicted on its own: a reader
+    needs it only to learn the offsets, once per process)."""
+    raw, zipm = entry.raw_meta, entry.zip_meta
+    if raw is None:
+        return data
+    files = replace(
+        data.files,
+        raw=raw.basename,
+        raw_size=raw.bytes,
+        zip=zipm.basename if zipm is not None else None,
+        zip_size=zipm.bytes if zipm is not None else None,
+    )
+    meta = replace(
+        data,
+        files=files,
+        raw_key=raw.basename,
+        zip_key=zipm.basename if zipm is not None else None,
+        raw_hashes=dict(raw.hashes),
+        zip_hashes=dict(zipm.hashes) if zipm is not None else {},
+        meta=None,
+    )
+    return replace(data, meta=meta)
 
 
 async def load_index(store: ObjectStore | None, local: str) -> Index:
@@ -274,7 +302,7 @@ def _drop_stale(local: str, old: Index | None, new: Index, *, by_size: bool = Fa
                 same.add(e.raw_data.basename)
     for entry in new.shards:
         keep = by_size or entry.raw_data.basename in same
-        for info in (entry.raw_data, entry.zip_data):
+        for info in (entry.raw_data, entry.zip_data, entry.raw_meta, entry.zip_meta):
             if info is None:
                 continue
             p = os.path.join(local, info.basename)
@@ -288,7 +316,7 @@ def _drop_stale(local: str, old: Index | None, new: Index, *, by_size: bool = Fa
 def _refuse_orphans(local: str, index: Index) -> None:
     """Shard files in a directory without an index or binding belong to no one we know."""
     for entry in index.shards:
-        for info in (entry.raw_data, entry.zip_data):
+        for info in (entry.raw_data, entry.zip_data, entry.raw_meta, entry.zip_meta):
             if info is not None and os.path.exists(os.path.join(local, info.basename)):
                 raise ConfigError(
                     f"local={local!r} holds {info.basename} but no {INDEX} and no binding: "

@@ -55,7 +55,7 @@ from astream.core.index import Index
 from astream.core.order import DEFAULT_NUM_CANONICAL_NODES, StreamSpec
 from astream.core.sizes import parse_count, parse_size
 from astream.core.world import check_positive_int
-from astream.errors import ConfigError, EmptyDatasetError, UnsafeEncodingError
+from astream.errors import ConfigError, EmptyDatasetError, FormatError, UnsafeEncodingError
 from astream.runtime import bridge
 from astream.runtime.catalog import StreamSource, load_index
 from astream.runtime.stores import StorePool
@@ -538,9 +538,9 @@ def check_dataset(
 ) -> None:
     """The checks that need the loaded indexes, made in the process that builds the dataset
     (so they never first surface inside a DataLoader worker): ``pkl`` columns without
-    ``allow_unsafe_types``, weights that choose no sample, a plan too large to hold
-    (``MAX_PLAN_PIECES``), and everything the epoch plan and its dealing to this World refuse
-    (canonical nodes vs nodes, strata vs batch, ...)."""
+    ``allow_unsafe_types``, a stream's ``validate_hash`` its shards do not list, weights that
+    choose no sample, a plan too large to hold (``MAX_PLAN_PIECES``), and everything the epoch
+    plan and its dealing to this World refuse (canonical nodes vs nodes, strata vs batch...)."""
     from astream.core.encodings import UNSAFE_ENCODINGS
     from astream.core.mixing import choose_per_stream
 
@@ -557,6 +557,15 @@ def check_dataset(
                             "read it",
                             os.path.join(src.local, "index.json"),
                         )
+    for k, src in enumerate(catalog.sources):
+        algo = getattr(src, "validate_hash", None)
+        for i, entry in enumerate(src.index.shards if algo is not None else []):
+            if algo not in entry.hashes:
+                raise FormatError(
+                    f"stream {k} validates shards with {algo!r}, but shard {i} lists only "
+                    f"hashes {sorted(entry.hashes)}; choose one of those",
+                    src.remote or src.local,
+                )
     sizes = [int(s.shard_sizes.sum()) for s in specs]
     chosen = choose_per_stream(
         sizes,

@@ -312,10 +312,15 @@ class Engine:
         headers: dict[int, list[int]] = parts["headers"]
         offsets = headers.get(s)
         if offsets is None:
-            head = await store.get_range(shard.raw_key, 0, header_size(entry.samples))
+            meta = shard.meta  # a split shard's offsets live in its meta file
+            head_key = shard.raw_key if meta is None else meta.raw_key
+            head = await store.get_range(head_key, 0, header_size(entry.samples))
             stats.range_requests += 1
             stats.bytes_fetched += len(head)
-            offsets = parse_offsets(head, shard.url(), entry.samples, entry.raw_data.bytes).tolist()
+            first = None if meta is None else 0  # split offsets index the data file from 0
+            offsets = parse_offsets(
+                head, shard.url(), entry.samples, entry.raw_data.bytes, min_first=first
+            ).tolist()
             headers[s] = offsets
         data = await store.get_range(shard.raw_key, offsets[li], offsets[li + 1])
         stats.range_requests += 1

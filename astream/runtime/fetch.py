@@ -50,6 +50,8 @@ class RemoteShard:
     compression: str | None
     raw_hashes: dict[str, str]
     zip_hashes: dict[str, str]
+    # a split-format (json/csv/tsv/xsv) shard's meta file: fetched before the data file
+    meta: RemoteShard | None = None
     validate_hash: str | None = None  # its stream's; None: the fetcher's
     keep_zip: bool | None = None  # its stream's; None: the fetcher's
 
@@ -112,6 +114,8 @@ class ShardFetcher:
     async def _download(self, shard: RemoteShard, *, block: bool = True) -> bool:
         """Make the shard's raw file present. False only if ``block`` is false and the cache
         has no room without waiting, or another process is fetching the shard already."""
+        if shard.meta is not None and not await self.download(shard.meta, block=block):
+            return False  # a split shard: its (small) meta file first, then its data file
         files = shard.files
         if is_complete(files.raw_path, files.raw_size):
             return True

@@ -13,6 +13,11 @@ pin is needed and up to ``keep_open`` shards stay mapped. With a limit, an open 
 other shard before it opens a new one. A consumer that waits for room therefore holds nothing
 anyone else waits for, which is what makes the node-wide cache deadlock-free.
 
+Split-format shards (json/csv/tsv/xsv) go the same way: the data file is what is mapped,
+pinned and decoded (one line per sample, ``SplitDecoder``); its offsets come from the meta
+file, a cache file of its own that the fetcher brings first and that is read once per process.
+MDS shards never touch that code: their decode path is unchanged.
+
 Misses: the prefetcher (``prefetch.py``) has usually started the download already and the
 consumer waits on that future; otherwise it downloads on demand. Either way the wait is timed
 into ``stats.wait_seconds``.
@@ -29,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from astream.core.shard import SampleDecoder, ShardView
+from astream.core.splitformats import SplitDecoder, split_offsets
 from astream.errors import FormatError, IntegrityError
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
@@ -48,7 +54,9 @@ class OpenShard:
 
     __slots__ = ("_mm", "_mv", "_off", "_pin", "decode")
 
-    def __init__(self, path: str, offsets: list[int], decoder: SampleDecoder) -> None:
+    def __init__(
+        self, path: str, offsets: list[int], decoder: SampleDecoder | SplitDecoder
+    ) -> None:
         self._pin: FileLock | None = None
         with open(path, "rb") as f:
             self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -79,6 +87,31 @@ class OpenShard:
             self._pin = None
 
 
+class _MetaMissing(Exception):
+    """A split shard's meta file is not in the cache (never fetched, or evicted)."""
+
+
+def _split_meta_offsets(catalog: Catalog, s: int, algo: str | None) -> list[int]:
+    meta = catalog.shards[s].meta
+    assert meta is not None
+    path = meta.files.raw_path
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise _MetaMissing(path) from None
+    if len(data) != meta.files.raw_size:
+        raise _MetaMissing(path)  # a partial copy never has its final name: a stale one
+    want = meta.raw_hashes.get(algo) if algo is not None else None
+    if want is not None and algo is not None:
+        got = _hash_file(algo, path)
+        if got != want:
+            raise IntegrityError(
+                f"{algo} of the cached meta file {path} is {got}, index says {want}"
+            )
+    return split_offsets(data, catalog.entries[s], path)
+
+
 def _validated_offsets(path: str, catalog: Catalog, s: int) -> list[int]:
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -102,7 +135,10 @@ def _validated_offsets(path: str, catalog: Catalog, s: int) -> list[int]:
 
 def _check_cached(path: str, catalog: Catalog, s: int, algo: str | None) -> list[int]:
     """Offsets of a cached shard after its structural checks and, with ``algo``, its hash."""
-    offsets = _validated_offsets(path, catalog, s)
+    if catalog.shards[s].meta is not None:
+        offsets = _split_meta_offsets(catalog, s, algo)
+    else:
+        offsets = _validated_offsets(path, catalog, s)
     want = catalog.shards[s].raw_hashes.get(algo) if algo is not None else None
     if want is not None and algo is not None:
         got = _hash_file(algo, path)
@@ -131,18 +167,22 @@ class ShardOpener:
         self.pinning = space.limit is not None
         self.keep_open = 1 if self.pinning else max(1, keep_open)
         self._open: OrderedDict[int, OpenShard] = OrderedDict()
-        self._decoders: dict[tuple[Any, ...], SampleDecoder] = {}
+        self._decoders: dict[tuple[Any, ...], SampleDecoder | SplitDecoder] = {}
         self._offsets: dict[int, list[int]] = {}
         self.validate_hash = validate_hash
         self._dropped: set[int] = set()  # cached copies found corrupt and deleted (once each)
 
-    def decoder(self, s: int) -> SampleDecoder:
+    def decoder(self, s: int) -> SampleDecoder | SplitDecoder:
         e = self.catalog.entries[s]
-        key = (tuple(e.column_names), tuple(e.column_encodings), tuple(e.column_sizes))
+        key = (e.format, e.separator, e.newline, tuple(e.column_names),
+               tuple(e.column_encodings), tuple(e.column_sizes))  # fmt: skip
         dec = self._decoders.get(key)
         if dec is None:
             src = self.catalog.shards[s].url()
-            dec = SampleDecoder(e, self.allow_unsafe_types, src)
+            if e.format == "mds":
+                dec = SampleDecoder(e, self.allow_unsafe_types, src)
+            else:
+                dec = SplitDecoder(e, src)
             self._decoders[key] = dec
         return dec
 
@@ -188,6 +228,10 @@ class ShardOpener:
                 try:
                     algo = self.catalog.shards[s].validate_hash or self.validate_hash
                     offsets = _check_cached(files.raw_path, self.catalog, s, algo)
+                except _MetaMissing:
+                    if pin is not None:
+                        pin.release()
+                    return None  # the caller fetches (the fetcher brings the meta file)
                 except (FormatError, IntegrityError):
                     # A corrupt cached copy of remote data is deleted and fetched once more;
                     # local-only data (the only copy) and a second failure are raised.
@@ -195,6 +239,12 @@ class ShardOpener:
                         raise
                     self._dropped.add(s)
                     os.unlink(files.raw_path)
+                    meta = self.catalog.shards[s].meta
+                    if meta is not None:  # which of the two is bad is not known: drop both
+                        try:
+                            os.unlink(meta.files.raw_path)
+                        except FileNotFoundError:
+                            pass
                     if pin is not None:
                         pin.release()
                     return None

@@ -199,3 +199,19 @@ def test_bad_stream_settings_fail_at_construction(tmp_path: Any) -> None:
         Stream(local=str(tmp_path), download_retry=-1)
     with pytest.raises(ConfigError, match="download_timeout must be finite and > 0"):
         Stream(local=str(tmp_path), download_timeout=0)
+
+
+def test_stream_hash_must_be_listed_by_its_shards(tmp_path: Any) -> None:
+    from astream.errors import FormatError
+
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    write_dataset(a, 20, hashes=["sha1"])
+    write_dataset(b, 20)  # no hashes at all
+    ds = StreamingDataset(
+        streams=[Stream(local=a, validate_hash="sha1"), Stream(local=b)], batch_size=4
+    )
+    assert len(list(ds)) == 40
+    with pytest.raises(FormatError, match=r"stream 1 validates shards with 'xxh64', but shard 0 "):
+        StreamingDataset(
+            streams=[Stream(local=a), Stream(local=b, validate_hash="xxh64")], batch_size=4
+        )
