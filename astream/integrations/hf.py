@@ -33,7 +33,12 @@ from typing import Any
 
 from astream.errors import ConfigError
 
-__all__ = ["STATE_FILE", "StreamingTrainer", "StreamingTrainerMixin", "detect_resharding"]
+__all__ = [
+    "STATE_FILE",
+    "StreamingTrainer",  # noqa: F822 - built on first use (module __getattr__)
+    "StreamingTrainerMixin",
+    "detect_resharding",
+]
 
 STATE_FILE = "astream_loader_state.json"
 
@@ -86,20 +91,27 @@ def _write_state(folder: str, state: dict[str, Any]) -> None:
 
 class StreamingTrainerMixin:
     """Mix into a ``transformers.Trainer`` subclass (before it) to train on an astream
-    ``StreamingDataset``. Any other ``train_dataset`` gets the Trainer's own behaviour."""
+    ``StreamingDataset``. Any other ``train_dataset`` gets the Trainer's own behaviour.
+
+    (The methods reach the Trainer's attributes through ``t: Any = self``: the mixin itself
+    does not know them.)"""
 
     _astream_loader: Any = None
     _astream_state: dict[str, Any] | None = None
 
-    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+    def train(
+        self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
         from astream.torch.dataset import StreamingDataset
 
+        t: Any = self
         path = resume_from_checkpoint
         if isinstance(path, bool):
-            from transformers.trainer_utils import get_last_checkpoint
+            from transformers import trainer_utils
 
-            path = get_last_checkpoint(self.args.output_dir) if path else None  # type: ignore[attr-defined]
-        streaming = isinstance(self.train_dataset, StreamingDataset)  # type: ignore[attr-defined]
+            last: Any = trainer_utils.get_last_checkpoint
+            path = last(t.args.output_dir) if path else None
+        streaming = isinstance(t.train_dataset, StreamingDataset)
         self._astream_state = _read_state(path) if path and streaming else None
         try:
             return super().train(resume_from_checkpoint, *args, **kwargs)  # type: ignore[misc]
@@ -110,16 +122,16 @@ class StreamingTrainerMixin:
         from astream.torch.dataloader import StreamingDataLoader
         from astream.torch.dataset import StreamingDataset
 
-        ds = self.train_dataset  # type: ignore[attr-defined]
+        t: Any = self
+        ds = t.train_dataset
         if not isinstance(ds, StreamingDataset):
             return super().get_train_dataloader()  # type: ignore[misc]
-        a = self.args  # type: ignore[attr-defined]
-        collate = self._get_collator_with_removed_columns(  # type: ignore[attr-defined]
-            self.data_collator, description="Training"  # type: ignore[attr-defined]
-        )
+        a = t.args
         params: dict[str, Any] = {
-            "batch_size": self._train_batch_size,  # type: ignore[attr-defined]
-            "collate_fn": collate,
+            "batch_size": t._train_batch_size,
+            "collate_fn": t._get_collator_with_removed_columns(
+                t.data_collator, description="Training"
+            ),
             "num_workers": a.dataloader_num_workers,
             "pin_memory": a.dataloader_pin_memory,
             "persistent_workers": a.dataloader_persistent_workers,
@@ -140,8 +152,9 @@ class StreamingTrainerMixin:
         # The Trainer replays the interrupted epoch's batches through accelerate's
         # skip_first_batches (looked up in transformers.trainer's namespace at call time).
         # For our loader, positioned by load_state_dict, the replay is a no-op.
-        import transformers.trainer as hf_trainer
+        import transformers.trainer
 
+        hf_trainer: Any = transformers.trainer
         replay: Callable[..., Any] = hf_trainer.skip_first_batches
         mine = self
 
@@ -150,22 +163,22 @@ class StreamingTrainerMixin:
                 return dataloader
             return replay(dataloader, num_batches)
 
-        hf_trainer.skip_first_batches = skip_first_batches  # type: ignore[attr-defined]
+        hf_trainer.skip_first_batches = skip_first_batches
         try:
             return super()._inner_training_loop(*args, **kwargs)  # type: ignore[misc]
         finally:
-            hf_trainer.skip_first_batches = replay  # type: ignore[attr-defined]
+            hf_trainer.skip_first_batches = replay
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         super()._save_checkpoint(model, trial)  # type: ignore[misc]
+        t: Any = self
         loader = self._astream_loader
-        if loader is None or not self.args.should_save:  # type: ignore[attr-defined]
+        if loader is None or not t.args.should_save:
             return
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
         folder = os.path.join(
-            self._get_output_dir(trial=trial),  # type: ignore[attr-defined]
-            f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}",  # type: ignore[attr-defined]
+            t._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{t.state.global_step}"
         )
         _write_state(folder, loader.state_dict())
 

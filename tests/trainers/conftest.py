@@ -58,7 +58,8 @@ def run_job(script: str, args: list[str], *, nproc: int = 1, timeout: float = 24
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={nproc}", path, *args]  # fmt: skip
     r = subprocess.run(cmd, env=env(), timeout=timeout, capture_output=True, text=True)
-    assert r.returncode == 0, f"{script} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    tail = f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    assert r.returncode == 0, f"{script} exited {r.returncode}:\n{tail}"
 
 
 def read_log(path: str) -> list[Any]:

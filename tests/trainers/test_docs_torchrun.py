@@ -21,10 +21,11 @@ MARK = "<!-- trainers-doc: torchrun script -->"
 
 def _blocks() -> tuple[str, str]:
     """(the dataset block, the torchrun script block) of docs/trainers.md."""
-    text = open(os.path.join(ROOT, "docs", "trainers.md"), encoding="utf-8").read()
+    with open(os.path.join(ROOT, "docs", "trainers.md"), encoding="utf-8") as f:
+        text = f.read()
     py = text.split("```python\n")
     data = py[1].split("\n```", 1)[0]
-    head, sep, rest = text.partition(MARK + "\n```python\n")
+    _, sep, rest = text.partition(MARK + "\n```python\n")
     assert sep, f"docs/trainers.md lost its {MARK} marker"
     return data, rest.split("\n```", 1)[0]
 
