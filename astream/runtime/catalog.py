@@ -327,10 +327,11 @@ def _refuse_orphans(local: str, index: Index) -> None:
 
 def check_hash_available(catalog: Catalog, algo: str) -> None:
     for k, src in enumerate(catalog.sources):
+        want = src.validate_hash or algo  # a stream's own validate_hash overrides the dataset's
         for i, entry in enumerate(src.index.shards):
-            if algo not in entry.hashes:
+            if want not in entry.hashes:
                 raise FormatError(
-                    f"validate_hash={algo!r} but shard {i} of stream {k} lists hashes "
+                    f"validate_hash={want!r} but shard {i} of stream {k} lists hashes "
                     f"{entry.hashes}",
                     src.remote or src.local,
                 )

@@ -215,3 +215,14 @@ def test_stream_hash_must_be_listed_by_its_shards(tmp_path: Any) -> None:
         StreamingDataset(
             streams=[Stream(local=a), Stream(local=b, validate_hash="xxh64")], batch_size=4
         )
+
+
+def test_stream_hash_overrides_the_dataset_hash(tmp_path: Any) -> None:
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    write_dataset(a, 20, hashes=["sha1"])
+    write_dataset(b, 20, hashes=["xxh64"])
+    streams = [Stream(local=a), Stream(local=b, validate_hash="xxh64")]
+    ds = StreamingDataset(streams=streams, validate_hash="sha1", batch_size=4)
+    assert [s.validate_hash for s in ds.catalog.sources] == ["sha1", "xxh64"]
+    assert [s.validate_hash for s in streams] == ["sha1", "xxh64"]
+    assert len(list(ds)) == 40
