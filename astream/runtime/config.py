@@ -207,6 +207,16 @@ class DatasetConfig:
         return cls(**kw)
 
     def replace(self, **changes: Any) -> DatasetConfig:
+        """A copy with ``changes``, checked as at construction (``ds.batch_size = n``, a
+        checkpoint's ``num_canonical_nodes``/``shuffle_seed``)."""
+        bounds = {
+            "batch_size": (1, MAX_BATCH_SIZE),
+            "num_canonical_nodes": (1, MAX_NUM_CANONICAL_NODES),
+            "shuffle_seed": (0, MAX_SHUFFLE_SEED),
+        }
+        for name, value in list(changes.items()):
+            if name in bounds and value is not None:
+                changes[name] = _int(name, value, *bounds[name])
         return dataclasses.replace(self, **changes)
 
     @property

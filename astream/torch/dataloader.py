@@ -53,6 +53,13 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
                 f"StreamingDataLoader needs an astream StreamingDataset, got {type(dataset)!r}"
             )
         super().__init__(dataset, *args, **kwargs)
+        from astream.dataset import MAX_WORKERS
+
+        if self.num_workers > MAX_WORKERS:
+            raise ConfigError(
+                f"num_workers={self.num_workers} is above the supported maximum {MAX_WORKERS} "
+                "DataLoader workers per rank"
+            )
         if dataset.batch_size is None and self.batch_size is not None:
             dataset.batch_size = self.batch_size
         elif (

@@ -39,6 +39,7 @@ __all__ = ["MDSWriter", "split_out", "write_atomic"]
 
 SinkFactory = Callable[[str, str, bool], ShardSink]
 _KNOWN_KWARGS = {"retry"}
+MAX_UPLOAD_WORKERS = 256  # max_workers: concurrent shard uploads (each holds a shard in memory)
 
 
 def split_out(out: Any) -> tuple[str | None, str | None]:
@@ -127,6 +128,15 @@ class MDSWriter:
             if limit < 0 or limit >= 1 << 32:
                 raise ConfigError(f"size_limit must be in 0..2**32-1 (u32 offsets), got {limit}")
         self.size_limit = limit or None
+        if max_workers is not None and (
+            isinstance(max_workers, bool)
+            or not isinstance(max_workers, int)
+            or not 1 <= max_workers <= MAX_UPLOAD_WORKERS
+        ):
+            raise ConfigError(
+                f"max_workers (concurrent uploads) must be an int in 1..{MAX_UPLOAD_WORKERS}, "
+                f"got {max_workers!r}"
+            )
         self.keep_local = keep_local
         local, remote = split_out(out)
         self.remote = remote
@@ -138,7 +148,9 @@ class MDSWriter:
         elif sink_factory is not None:
             self._sink = sink_factory(remote, self.local, keep_local)
         else:
-            extra = {"progress_bar": progress_bar, "max_workers": max_workers, **kwargs}
+            extra = {"progress_bar": progress_bar, **kwargs}
+            if max_workers is not None:
+                extra["max_concurrency"] = max_workers
             self._sink = _remote_sink(remote, self.local, keep_local, extra)
         config = {
             "column_encodings": self._encoder.encodings,

@@ -386,3 +386,37 @@ def test_bounds_are_documented() -> None:
         "Stream.choose",
     ):
         assert f"\n{name} " in doc, name
+
+
+def test_bounds_after_construction(data: dict[str, str]) -> None:
+    from astream import StreamingDataLoader
+
+    ds = StreamingDataset(local=data["a"])
+    with pytest.raises(ConfigError, match="batch_size=1000000000000 is above"):
+        StreamingDataLoader(ds, batch_size=10**12)  # sets the dataset's batch_size
+    with pytest.raises(ConfigError, match="num_canonical_nodes=1048577 is above"):
+        ds.load_state_dict(
+            {"epoch": 0, "sample_in_epoch": 0, "num_canonical_nodes": 2**20 + 1, "shuffle_seed": 1}
+        )
+    with pytest.raises(ConfigError, match="num_workers=1025 is above the supported maximum 1024"):
+        StreamingDataLoader(
+            StreamingDataset(local=data["a"], batch_size=2), batch_size=2, num_workers=1025
+        )
+
+
+def test_writer_max_workers(tmp_path: Any, s3_bucket: str) -> None:
+    for bad in (0, 257, True, 2.0):
+        with pytest.raises(
+            ConfigError,
+            match=r"max_workers \(concurrent uploads\) must be an int "
+            r"in 1\.\.256",
+        ):
+            MDSWriter(out=str(tmp_path / f"w{bad}"), columns={"id": "int"}, max_workers=bad)
+    # the value reaches the upload sink (it was dropped before)
+    with MDSWriter(
+        out=(str(tmp_path / "up"), f"{s3_bucket}/mw-{os.getpid()}"),
+        columns={"id": "int"},
+        max_workers=3,
+    ) as w:
+        w.write({"id": 1})
+        assert w._sink._max == 3  # type: ignore[attr-defined]
