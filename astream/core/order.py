@@ -493,22 +493,36 @@ class EpochPlan:
         Padding reads real positions (see the module docstring), so every returned position is
         below ``num_samples``; the rank's last batch may be shorter than ``batch_size``.
         """
-        r, c = self._deal(world, start)
-        node, local = divmod(world.check_rank(global_rank), world.ranks_per_node)
+        _, c = self._deal(world, start)
+        world.check_rank(global_rank)
+        return self._positions(world, global_rank, [batch], start, c)[0]
+
+    def _positions(
+        self, world: World, rank: int, batches: list[int] | range, start: int, c: int
+    ) -> list[I64]:
+        """Positions of several batches of ``rank`` (validated by the caller), one array each."""
+        r = world.num_ranks
+        node, local = divmod(rank, world.ranks_per_node)
         slot = node + world.num_nodes * local
         bs, n = self.batch_size, self.num_samples
         if self.batching_method == "device_per_stream":
             first, total = start // bs, n // bs
-            q = first + batch * r + slot
-            if q >= total:  # padding: the chunk this slot had one global batch earlier
-                q = q - r if q - r >= first else first + slot % (total - first)
-            out: I64 = q * bs + np.arange(bs, dtype=np.int64)
+            out = []
+            for batch in batches:
+                q = first + batch * r + slot
+                if q >= total:  # padding: the chunk this slot had one global batch earlier
+                    q = q - r if q - r >= first else first + slot % (total - first)
+                out.append(q * bs + np.arange(bs, dtype=np.int64))
             return out
-        i = np.arange(batch * bs, min((batch + 1) * bs, c), dtype=np.int64)
+        b = np.asarray(batches, dtype=np.int64)
+        i = b[:, None] * bs + np.arange(bs, dtype=np.int64)[None, :]
         pos: I64 = start + i * r + slot
-        if len(pos) and pos[-1] >= n:
-            pos[-1] = self._pad_source(world, slot, start, c)
-        return pos
+        if len(b) and b[-1] == (c - 1) // bs:  # the rank's last batch: partial, maybe a pad
+            last = pos[-1, : c - b[-1] * bs].copy()
+            if len(last) and last[-1] >= n:
+                last[-1] = self._pad_source(world, slot, start, c)
+            return [*pos[:-1], last]
+        return list(pos)
 
     def _pad_source(self, world: World, slot: int, start: int, c: int) -> int:
         """The real position a pad of ``slot`` (its last sample) repeats.
@@ -545,10 +559,10 @@ class EpochPlan:
     def _iter(self, world: World, rank: int, worker: int, start: int, nb: int) -> Iterator[I64]:
         step = world.workers_per_rank
         mine = range(worker, nb, step)
+        _, c = self._deal(world, start)
         chunk = 64
         for lo in range(0, len(mine), chunk):
-            batches = mine[lo : lo + chunk]
-            parts = [self.rank_positions(world, rank, b, start) for b in batches]
+            parts = self._positions(world, rank, mine[lo : lo + chunk], start, c)
             ids = self.ids_at(np.concatenate(parts))
             at = 0
             for part in parts:
