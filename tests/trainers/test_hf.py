@@ -38,10 +38,7 @@ def _check(out: str, ranks: int, per_rank_steps: int, points: list[int]) -> None
     for epoch in range(2):
         part = slice(epoch * per_rank_steps, (epoch + 1) * per_rank_steps)
         ids = [i for log in logs for b in log[part] for i in b]
-        assert len(ids) == per_rank_steps * 16 * ranks
-        assert set(ids) == set(range(NUM_SAMPLES))
-        if ranks == 1:
-            assert sorted(ids) == list(range(NUM_SAMPLES))
+        assert sorted(ids) == list(range(NUM_SAMPLES))
 
 
 def test_hf_trainer_single_process_exact_once_and_resume(trainer_data: str, tmp_path: Any) -> None:
