@@ -312,16 +312,24 @@ def _device_per_stream(
     a seeded stream order, and keeps its first ``C`` (``C`` = the fewest any node has, so every
     node gives the same count); chunk ``q`` of the epoch is chunk ``q // ncn`` of node ``q % ncn``.
     """
-    nodes = np.arange(ncn, dtype=np.int64)
-    per = np.stack([np.asarray(sp.node_len(nodes)) // bs for sp in subs])  # (streams, ncn)
-    count = int(per.sum(axis=0).min())
-    if count == 0:
-        c = int(np.argmin(per.sum(axis=0)))
+
+    def chunks_of(c: int) -> int:  # whole device batches of node c; non-increasing in c
+        return sum(int(sp.node_len(c)) // bs for sp in subs)
+
+    if chunks_of(ncn - 1) == 0:  # some node has none: name the first (binary search, O(log))
+        lo, hi = 0, ncn - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if chunks_of(mid) == 0 else (mid + 1, hi)
+        c = lo
         raise ConfigError(
             f"batching_method='device_per_stream': canonical node {c} of num_canonical_nodes="
             f"{ncn} holds no full device batch (batch_size={bs}) of any stream; lower "
             "num_canonical_nodes or batch_size"
         )
+    nodes = np.arange(ncn, dtype=np.int64)  # ncn <= samples / bs here
+    per = np.stack([np.asarray(sp.node_len(nodes)) // bs for sp in subs])  # (streams, ncn)
+    count = int(per.sum(axis=0).min())
     _check_full_batches(per.sum(axis=1), chosen, f"device batch (batch_size={bs})")
     node = np.repeat(np.tile(nodes, len(subs)), per.ravel())
     stream = np.repeat(np.repeat(np.arange(len(subs), dtype=np.int32), ncn), per.ravel())

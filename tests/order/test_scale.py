@@ -10,6 +10,7 @@ import pytest
 
 from astream.core.order import StreamSpec, plan_epoch
 from astream.core.world import World
+from astream.errors import ConfigError
 
 from .helpers import round_robin
 
@@ -59,3 +60,21 @@ def test_planning_cost_does_not_grow_with_num_canonical_nodes(ncn):
         shuffle=True,
     ).global_ids(0, 2000).tolist()  # fmt: skip
     assert elapsed < 10, elapsed  # ~0.3 s here
+
+
+@pytest.mark.parametrize("method", ["stratified", "per_stream", "device_per_stream"])
+def test_huge_num_canonical_nodes_per_stream_methods(method):
+    sizes = [StreamSpec(np.full(10, 100, np.int64), proportion=p) for p in (0.5, 0.5)]
+    t0 = time.perf_counter()
+    kw = dict(seed=2, epoch=0, num_canonical_nodes=10**9, batch_size=4, shuffle=True)
+    if method == "device_per_stream":  # a node holds one sample: no whole device batch
+        with pytest.raises(ConfigError, match="canonical node 0 of num_canonical_nodes=10000"):
+            plan_epoch(sizes, batching_method=method, **kw)
+        # 1,000 samples a stream over 300 nodes: nodes 0..99 hold 4 of each, the rest 3
+        with pytest.raises(ConfigError, match="canonical node 100 of num_canonical_nodes=300 "):
+            plan_epoch(sizes, batching_method=method, **{**kw, "num_canonical_nodes": 300})
+    else:
+        p = plan_epoch(sizes, batching_method=method, global_batch_size=8, **kw)
+        got = np.concatenate(list(round_robin(p, World(1, 2, 1), 1)))
+        assert len(got) == 1000 and len(set(got.tolist())) == 1000
+    assert time.perf_counter() - t0 < 10
