@@ -234,10 +234,15 @@ def plan_epoch(
             num_shards=num_shards,
         )
 
-    common = partition_algo
     if batching_method == "random":
         return EpochPlan(
-            [make(Pieces.concat(pieces), 0)], None, bs, block, ncn, sizes, partition_algo=common
+            [make(Pieces.concat(pieces), 0)],
+            None,
+            bs,
+            block,
+            ncn,
+            sizes,
+            partition_algo=partition_algo,
         )
     # the reference interleaves per-stream batches with a generator that changes per epoch only
     # when shuffling with balanced sampling
@@ -251,11 +256,11 @@ def plan_epoch(
         labels = _interleave(full, order_key)
         return EpochPlan(
             subs, None, bs, block, ncn, sizes, method="per_stream", unit=unit,
-            chunks=_chunk_table(labels, len(subs)), partition_algo=common,
+            chunks=_chunk_table(labels, len(subs)), partition_algo=partition_algo,
         )  # fmt: skip
     if batching_method == "device_per_stream":
         subs = [make(p, s + 1) for s, p in enumerate(pieces)]
-        return _device_per_stream(subs, chosen, bs, block, ncn, sizes, order_key, common)
+        return _device_per_stream(subs, chosen, bs, block, ncn, sizes, order_key, partition_algo)
     stratum = bs if global_batch_size is None else global_batch_size
     check_positive_int("global_batch_size", stratum)
     relative = streams[0].proportion is not None
@@ -269,7 +274,7 @@ def plan_epoch(
     # every stream contributes exactly `full_strata` strata's worth: re-choose with those counts
     pieces, partials = pieces_for(k * full_strata)
     subs = [make(p, s + 1) for s, p in enumerate(pieces)]
-    return EpochPlan(subs, k, bs, block, ncn, sizes, partition_algo=common)
+    return EpochPlan(subs, k, bs, block, ncn, sizes, partition_algo=partition_algo)
 
 
 def _check_full_batches(full: I64, chosen: I64, what: str) -> None:
@@ -304,7 +309,7 @@ def _device_per_stream(
     ncn: int,
     sizes: list[I64],
     key: tuple[int, ...],
-    common: str,
+    partition_algo: str,
 ) -> EpochPlan:
     """Chunks of ``bs`` samples, each from one stream and one canonical node.
 
@@ -343,7 +348,7 @@ def _device_per_stream(
     rows = order[take]
     return EpochPlan(
         subs, None, bs, block, ncn, sizes, method="device_per_stream", unit=bs,
-        chunks=(stream[rows], index[rows]), partition_algo=common,
+        chunks=(stream[rows], index[rows]), partition_algo=partition_algo,
     )  # fmt: skip
 
 
