@@ -237,6 +237,9 @@ class Engine:
                 groups, size = step
                 out: list[Any] = [None] * size
                 for s, positions, locals_ in groups:
+                    if clock() - mark > slice_s:
+                        await asyncio.sleep(0)
+                        mark = clock()
                     sample = (await open_shard(s)).sample
                     for c in range(0, len(positions), 128):
                         for j, li in zip(positions[c : c + 128], locals_[c : c + 128]):
