@@ -206,7 +206,8 @@ def _children(root: str) -> tuple[list[str], list[str]]:
 
     if not os.path.isdir(root):
         return [], []
-    ours, others = [], []
+    ours: list[str] = []
+    others: list[str] = []
     for n in sorted(os.listdir(root)):
         p = os.path.join(root, n)
         if not os.path.isdir(p) or os.path.islink(p) or n == ".astream":

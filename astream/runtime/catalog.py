@@ -212,13 +212,13 @@ async def load_index(store: ObjectStore | None, local: str) -> Index:
     digest = index_digest(index)
     old = _read(path)
     old_index = _parse_or_none(old, path)
-    if bound is None and old is not None and old != data:
-        if old_index is None or index_digest(old_index) != digest:
-            raise ConfigError(
-                f"local={local!r} already holds a dataset (its {INDEX} differs from the one of "
-                f"{remote}) that no remote is bound to; astream will not overwrite it: give "
-                "`local` an empty or new directory"
-            )
+    foreign = old_index is None or index_digest(old_index) != digest
+    if bound is None and old is not None and old != data and foreign:
+        raise ConfigError(
+            f"local={local!r} already holds a dataset (its {INDEX} differs from the one of "
+            f"{remote}) that no remote is bound to; astream will not overwrite it: give "
+            "`local` an empty or new directory"
+        )
     if bound is None and old is None:
         _refuse_orphans(local, index)
     for d in new_dirs(local):
@@ -283,7 +283,10 @@ def _warm_copy(local: str, bound: Binding | None) -> Index | None:
         return None
     for entry in index.shards:
         try:
-            if os.stat(os.path.join(local, entry.raw_data.basename)).st_size != entry.raw_data.bytes:
+            if (
+                os.stat(os.path.join(local, entry.raw_data.basename)).st_size
+                != entry.raw_data.bytes
+            ):
                 return None
         except FileNotFoundError:
             return None

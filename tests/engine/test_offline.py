@@ -71,7 +71,7 @@ def test_warm_cache_streams_when_the_endpoint_is_down(tmp_path: Any) -> None:
         damage(shard)
         with warnings.catch_warnings(record=True) as rec:
             warnings.simplefilter("always")
-            with pytest.raises(TransientStorageError, match="index.json"):
+            with pytest.raises(TransientStorageError, match=r"index\.json"):
                 StreamingDataset(**kw)
         assert _offline_warnings(rec) == []
     shutil.copy(str(tmp_path / "aside"), shard)

@@ -214,5 +214,35 @@ def test_unreadable_binding_is_a_clear_error(tmp_path):
     )
     os.unlink(path)
     ds = StreamingDataset(remote=a, local=local, batch_size=8)  # re-bound from the index
-    assert read_binding(local).remote == a and json.loads(open(path).read())["remote"] == a
+    with open(path) as f:
+        assert read_binding(local).remote == a and json.load(f)["remote"] == a
     check_samples(list(ds), range(N))
+
+
+def test_shard_files_without_index_or_binding_are_refused(tmp_path):
+    a = write_tagged(str(tmp_path / "a"), 1)
+    b = write_tagged(str(tmp_path / "b"), 2)
+    local = str(tmp_path / "c")
+    shutil.copytree(a, local)
+    os.unlink(os.path.join(local, INDEX))  # A's shards, nothing saying whose they are
+    before = files_of(local)
+    with pytest.raises(ConfigError) as e:
+        StreamingDataset(remote=b, local=local, batch_size=8)
+    assert str(e.value) == (
+        f"local={local!r} holds shard.00000.mds but no {INDEX} and no binding: astream cannot "
+        "tell which dataset it belongs to and will not serve or overwrite it; give `local` an "
+        "empty or new directory"
+    )
+    assert files_of(local) == before
+
+
+def test_bound_cache_whose_index_was_deleted_refetches_changed_data(tmp_path):
+    remote = str(tmp_path / "r")
+    write_tagged(remote, 1)
+    local = str(tmp_path / "c")
+    assert tags(StreamingDataset(remote=remote, local=local, batch_size=8)) == {1}
+    os.unlink(os.path.join(local, INDEX))
+    shutil.rmtree(remote)
+    write_tagged(remote, 2, n=N + 7)  # another version of the same remote
+    ds = StreamingDataset(remote=remote, local=local, batch_size=8)
+    assert tags(ds) == {2} and ds.stats.shards_fetched == len(ds.shards)
