@@ -11,6 +11,8 @@ Like scripts/gen_golden.py, it re-executes itself under the peer venv's python w
   partition (``get_partitions``, default algorithm), in the order a DataLoader yields them
   (batch ``j`` from worker ``j % workers``; the reference's ``-1`` fillers dropped). The sample
   order is unshuffled, so a position is its sample id.
+- ``per_stream.json``: the batches each rank yields under ``per_stream`` and
+  ``device_per_stream`` batching, unshuffled full streams (ids offset per stream).
 - ``index_order.json``: the reference's unshuffled epoch sequence (``resample_streams``, which
   is what ``shuffle=False`` iterates in) for partly sampled and upsampled streams, over a few
   epochs and both sampling methods.
@@ -59,6 +61,20 @@ PARTITION_CASES = [
     (24, 2, 4, 2, 1, 2, 8),
     (97, 1, 1, 5, 3, 4, 37),
     (200, 4, 4, 2, 2, 16, 100),
+]
+
+# (batching method, stream sizes, ncn, num_nodes, ranks_per_node, workers_per_rank, batch size)
+# ncn divides every stream size (else the reference pads canonical nodes); device_per_stream
+# with ncn == num_nodes (the reference then cuts device batches per canonical node, as astream)
+PER_STREAM_CASES = [
+    ("per_stream", [40, 24, 56], 1, 1, 1, 1, 8),
+    ("per_stream", [40, 24, 56], 2, 2, 2, 2, 2),
+    ("per_stream", [40, 24, 56], 4, 2, 1, 3, 4),
+    ("per_stream", [48, 32, 64], 8, 4, 2, 1, 2),
+    ("device_per_stream", [40, 24, 56], 1, 1, 1, 1, 8),
+    ("device_per_stream", [40, 24, 56], 2, 2, 2, 1, 2),
+    ("device_per_stream", [48, 32, 64], 4, 4, 1, 2, 4),
+    ("device_per_stream", [48, 32, 64], 2, 2, 2, 2, 4),
 ]
 
 # (shard sizes, choose, granularity)
@@ -149,9 +165,71 @@ def _index_order() -> list[dict]:
     return cases
 
 
+def _fake_streams(sizes: list[int], ncn: int, bs: int):
+    """The attributes the reference's per-stream batching reads, for full unshuffled streams
+    (stream ``s`` holds ids ``offset_s .. offset_s + size_s``)."""
+    import numpy as np
+
+    offsets = np.cumsum([0, *sizes[:-1]])
+
+    def resample_streams(epoch: int, stream_id: int):
+        n = sizes[stream_id]
+        return np.array([n], np.int64), offsets[stream_id] + np.arange(n, dtype=np.int64)
+
+    return SimpleNamespace(
+        num_canonical_nodes=ncn,
+        batch_size=bs,
+        streams=[SimpleNamespace(proportion=1 / len(sizes)) for _ in sizes],
+        resample_streams=resample_streams,
+        partition_algo="relaxed",
+        initial_physical_nodes=None,
+        shuffle=False,
+        shuffle_seed=4,
+        epoch_seed_change=False,
+    )
+
+
+def _per_stream_batching() -> list[dict]:
+    """Global batches (per_stream) and device batches (device_per_stream), each as a sorted id
+    list, in the order the reference yields them, for unshuffled full streams."""
+    from streaming.base.batching.device_per_stream import (
+        generate_work_device_per_stream_batching,
+    )
+    from streaming.base.batching.per_stream import generate_work_per_stream_batching
+
+    cases = []
+    for method, sizes, ncn, pn, rpn, workers, bs in PER_STREAM_CASES:
+        fake = _fake_streams(sizes, ncn, bs)
+        world = SimpleNamespace(num_nodes=pn, ranks_per_node=rpn, workers_per_rank=workers)
+        gen = (
+            generate_work_per_stream_batching
+            if method == "per_stream"
+            else generate_work_device_per_stream_batching
+        )
+        parts = gen(fake, world, 0, 0)  # type: ignore[arg-type]
+        ranks = [_rank_batches(parts, g // rpn, g % rpn) for g in range(pn * rpn)]
+        cases.append(
+            {
+                "batching_method": method,
+                "stream_sizes": sizes,
+                "num_canonical_nodes": ncn,
+                "num_nodes": pn,
+                "ranks_per_node": rpn,
+                "workers_per_rank": workers,
+                "batch_size": bs,
+                "rank_batches": ranks,
+            }
+        )
+    return cases
+
+
 def _inner() -> None:
     os.makedirs(OUT, exist_ok=True)
-    for name, data in (("partitions", _partitions()), ("index_order", _index_order())):
+    for name, data in (
+        ("partitions", _partitions()),
+        ("index_order", _index_order()),
+        ("per_stream", _per_stream_batching()),
+    ):
         with open(os.path.join(OUT, f"{name}.json"), "w") as f:
             json.dump({"reference": "mosaicml-streaming 0.13.0", "cases": data}, f)
             f.write("\n")

@@ -130,3 +130,60 @@ def test_unshuffled_mixed_streams_and_strata_are_in_index_order():
         assert [i < 24 for i in g[j : j + 10]] == [True] * 3 + [False] * 7
     index_ordered([i for i in g if i < 24], [9, 4, 11])
     index_ordered([i - 24 for i in g if i >= 24], [6, 6])
+
+
+PER_STREAM = json.loads((GOLDEN / "per_stream.json").read_text())["cases"]
+
+
+def _batches_by_stream(case, rank_batches, by_node):
+    """Each stream's batches in yield order: per_stream, each global batch as the tuple of its
+    rank batches; device_per_stream, each device batch (keyed by node when ``by_node``)."""
+    ends = np.cumsum(case["stream_sizes"])
+    rpn = case["ranks_per_node"]
+    out: dict[tuple[int, int], list] = {}
+    if case["batching_method"] == "per_stream":
+        for j in range(len(rank_batches[0])):
+            batch = tuple(tuple(r[j]) for r in rank_batches)
+            s = {int(x) for x in np.searchsorted(ends, sum(batch, ()), side="right")}
+            assert len(s) == 1
+            out.setdefault((0, s.pop()), []).append(batch)
+        return out
+    for rank, batches in enumerate(rank_batches):
+        for b in batches:
+            s = {int(x) for x in np.searchsorted(ends, b, side="right")}
+            assert len(s) == 1
+            out.setdefault((rank // rpn if by_node else 0, s.pop()), []).append(tuple(b))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+@pytest.mark.parametrize(
+    "case",
+    PER_STREAM,
+    ids=lambda c: (
+        f"{c['batching_method']}-{c['num_canonical_nodes']}-{c['num_nodes']}x"
+        f"{c['ranks_per_node']}x{c['workers_per_rank']}-{c['batch_size']}"
+    ),
+)
+def test_per_stream_batches_as_the_reference(case):
+    """Unshuffled full streams: per_stream gives each stream's global batches, rank by rank,
+    exactly as the reference (only the seeded interleave of the streams differs);
+    device_per_stream the same device batches of each stream, and with one rank per node the
+    same per physical node (the reference, with several ranks per node, hands a node's ranks
+    device batches cut from other nodes' canonical nodes; astream keeps them on their own)."""
+    world = World(case["num_nodes"], case["ranks_per_node"], case["workers_per_rank"])
+    bs = case["batch_size"]
+    p = plan_epoch(
+        [StreamSpec(np.array([n], np.int64)) for n in case["stream_sizes"]],
+        seed=4,
+        epoch=0,
+        num_canonical_nodes=case["num_canonical_nodes"],
+        batch_size=bs,
+        shuffle=False,
+        batching_method=case["batching_method"],
+        global_batch_size=bs * world.num_ranks,
+    )
+    ours = [[b.tolist() for b in round_robin(p, world, r)] for r in range(world.num_ranks)]
+    ref = case["rank_batches"]
+    assert [len(r) for r in ours] == [len(r) for r in ref]
+    by_node = case["ranks_per_node"] == 1
+    assert _batches_by_stream(case, ours, by_node) == _batches_by_stream(case, ref, by_node)
