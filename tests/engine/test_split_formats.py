@@ -76,9 +76,7 @@ def test_local_shuffled_with_dataloader_workers(name: str, tmp_path: Path) -> No
     rows = FIXTURES[name][1]
     for workers in (0, 2):
         ds = StreamingDataset(local=local, batch_size=3, shuffle=True, shuffle_seed=7)
-        loader = StreamingDataLoader(
-            ds, batch_size=3, num_workers=workers, collate_fn=_identity
-        )
+        loader = StreamingDataLoader(ds, batch_size=3, num_workers=workers, collate_fn=_identity)
         got = [s for batch in loader for s in batch]
         _same_multiset(got, rows)
         assert got != rows  # shuffled
@@ -207,7 +205,7 @@ def test_corrupt_cached_meta_is_dropped_and_refetched(s3_split: Any, tmp_path: P
 def test_local_only_errors_name_the_file(tmp_path: Path) -> None:
     local = _copy("xsv_pipe", tmp_path)
     meta = os.path.join(local, "shard.00001.xsv.meta")
-    data = bytearray(open(meta, "rb").read())
+    data = bytearray(Path(meta).read_bytes())
     data[8:12] = (10**6).to_bytes(4, "little")  # an offset past the data file
     with open(meta, "wb") as f:
         f.write(bytes(data))
@@ -223,7 +221,7 @@ def test_local_only_errors_name_the_file(tmp_path: Path) -> None:
 def test_local_only_hash_mismatch_of_meta(tmp_path: Path) -> None:
     local = _copy("csv_hashes", tmp_path)
     meta = os.path.join(local, "shard.00000.csv.meta")
-    data = bytearray(open(meta, "rb").read())
+    data = bytearray(Path(meta).read_bytes())
     data[-2] ^= 1  # inside the config JSON: the structure still parses, the hash does not match
     with open(meta, "wb") as f:
         f.write(bytes(data))
@@ -243,3 +241,22 @@ def test_mixed_mds_and_split_streams(tmp_path: Path) -> None:
     got = list(ds)
     assert [s["label"] for s in got[:50]] == [r["label"] for r in mds_rows]
     assert got[50:] == FIXTURES["csv_bz2"][1]
+
+
+def test_aiter_and_aget_on_the_callers_loop(s3_split: Any, tmp_path: Path) -> None:
+    import asyncio
+
+    from astream.aio import AsyncStreamingDataset
+
+    name = "json_zstd"
+    rows = FIXTURES[name][1]
+    ds = AsyncStreamingDataset(remote=s3_split[name], local=str(tmp_path / "c"), batch_size=4)
+
+    async def main() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        got = [s async for s in ds.aiter()]
+        one = await ds.aget(17)
+        await ds.aclose()
+        return got, one
+
+    got, one = asyncio.run(main())
+    assert got == rows and one == rows[17]
