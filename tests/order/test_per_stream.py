@@ -106,8 +106,7 @@ def test_per_stream_refuses_a_stream_without_one_full_batch():
 def device_batches(p, world, start=0):
     """Every rank's batches, as tuples, by rank."""
     return [
-        [tuple(b.tolist()) for b in round_robin(p, world, r, start)]
-        for r in range(world.num_ranks)
+        [tuple(b.tolist()) for b in round_robin(p, world, r, start)] for r in range(world.num_ranks)
     ]
 
 
