@@ -354,9 +354,10 @@ def resolve_sources(*args: Any, **kwargs: Any) -> Resolved:
     steps = resolve_steps(*args, **kwargs)
     load = next(steps)
     try:
-        steps.send(bridge.run(load))
+        again = steps.send(bridge.run(load))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
+    again.close()  # pragma: no cover
     raise AssertionError("resolve_steps yields once")  # pragma: no cover
 
 
@@ -365,9 +366,10 @@ async def aresolve_sources(*args: Any, **kwargs: Any) -> Resolved:
     steps = resolve_steps(*args, **kwargs)
     load = next(steps)
     try:
-        steps.send(await load)
+        again = steps.send(await load)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
+    again.close()  # pragma: no cover
     raise AssertionError("resolve_steps yields once")  # pragma: no cover
 
 
