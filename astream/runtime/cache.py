@@ -24,6 +24,10 @@ jobs pointed at the same directories -- shares it through the file system only:
   to be released, evicts it, and tries again; or for another process's in-flight download to
   finish. Readers hold at most one pin while they wait for nothing (see ``reader.py``), so this
   cannot deadlock. With nothing to wait for, the limit is simply too small: :class:`CacheError`.
+- **Disk errors.** A full or unwritable directory (ENOSPC, EDQUOT, EFBIG, EACCES, EPERM,
+  EROFS) is a :class:`CacheError` naming the directory, the bytes needed and ``cache_limit``
+  (:func:`disk_error`); the operation's temporary files are removed, so nothing partial is
+  ever trusted.
 - **Crashes.** Temporary files carry ``.tmp-`` in their name and are only ever renamed into place
   once complete and verified. A temporary file whose shard's download lock is free belongs to a
   dead process: any reservation that needs room deletes it.

@@ -9,9 +9,16 @@ sample id maps to (shard, index in shard) with one binary search over ``starts``
 of every shard), vectorised for a whole batch.
 
 Index loading (:func:`load_index`) happens once per process that builds a dataset. With a remote
-the remote ``index.json`` is always fetched (it is small) and compared with the local copy: when
-they differ the local one is replaced atomically and cached shard files whose size no longer
-matches the new index are deleted, so a dataset rewritten in place is never served stale.
+the remote ``index.json`` is always fetched (it is small) and compared with the local copy, and
+``local`` is bound to the remote (:mod:`astream.runtime.binding`):
+
+- a ``local`` bound to *another* remote is a :class:`ConfigError` (never the other's bytes);
+- an unbound ``local`` that already holds a different dataset (an ``MDSWriter`` output, shard
+  files without an index) is refused; one whose index equals the remote's is adopted as is;
+- when the remote's index changed, every cached shard whose index entry changed is deleted, the
+  new index replaces the local one atomically and the binding follows it;
+- when the remote index cannot be read at all but ``local`` holds a complete copy of the dataset
+  it is bound to, that copy is used, with one warning naming the reason.
 """
 
 from __future__ import annotations
