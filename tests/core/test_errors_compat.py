@@ -116,3 +116,27 @@ def test_writer_nonempty_output(tmp_path: str) -> None:
     exc, _ = compat_cases.run_case(API, "writer_nonempty_out", str(tmp_path))
     assert type(exc) is errors.OutputExistsError
     assert "is not empty; pass exist_ok=True" in str(exc)
+
+
+def test_missing_s3_index_and_shard_are_file_not_found(s3_bucket: str, tmp_path: str) -> None:
+    """The reference raises FileNotFoundError for a missing remote index.json (golden case
+    ``missing_remote_index``); over a real S3 emulator astream's is one too, and so is a shard
+    that vanished from the bucket."""
+    from astream.storage.sync import upload
+
+    assert GOLDEN["cases"]["missing_remote_index"]["builtins"] == ["FileNotFoundError", "OSError"]
+    url = f"{s3_bucket}/compat-missing-{os.getpid()}"
+    with pytest.raises(FileNotFoundError) as info:
+        astream.StreamingDataset(remote=url, local=os.path.join(str(tmp_path), "c1"), batch_size=4)
+    assert type(info.value) is errors.ObjectNotFoundError
+    assert "index.json" in str(info.value)
+
+    src = compat_cases.write(API, os.path.join(str(tmp_path), "src"))
+    first = compat_cases._index(src)["shards"][0]["raw_data"]["basename"]
+    os.unlink(os.path.join(src, first))
+    upload(src, url)
+    ds = astream.StreamingDataset(remote=url, local=os.path.join(str(tmp_path), "c2"), batch_size=4)
+    with pytest.raises(FileNotFoundError) as info:
+        list(ds)
+    assert type(info.value) is errors.ObjectNotFoundError
+    assert first in str(info.value)
