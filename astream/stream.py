@@ -33,6 +33,7 @@ stream with the class registered as ``"mine"``, as the reference does.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -62,6 +63,11 @@ def _opt_str(name: str, value: object) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ConfigError(f"{name} must be a str or None, got {type(value).__name__}")
     return value
+
+
+def _fspath(value: object) -> object:
+    """A ``pathlib.Path`` (or any ``os.PathLike``) as its string; anything else unchanged."""
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
 def _opt_number(
@@ -121,8 +127,8 @@ class Stream:
         validate_hash: str | None = None,
         keep_zip: bool | None = None,
     ) -> None:
-        self.remote = _opt_str("remote", remote)
-        self.local = _opt_str("local", local)
+        self.remote = _opt_str("remote", _fspath(remote))
+        self.local = _opt_str("local", _fspath(local))
         self.split = _opt_str("split", split) or ""
         if sum(w is not None for w in (proportion, repeat, choose)) > 1:
             raise ConfigError("Stream: give at most one of proportion, repeat, choose")

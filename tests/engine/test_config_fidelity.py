@@ -420,3 +420,13 @@ def test_writer_max_workers(tmp_path: Any, s3_bucket: str) -> None:
     ) as w:
         w.write({"id": 1})
         assert w._sink._max == 3  # type: ignore[attr-defined]
+
+
+def test_stream_paths_may_be_pathlike(data: dict[str, str]) -> None:
+    from pathlib import Path
+
+    s = Stream(local=Path(data["a"]))
+    assert s.local == data["a"]
+    assert len(StreamingDataset(streams=[s], batch_size=1)) == 20
+    with pytest.raises(ConfigError, match="local must be a str or None, got int"):
+        Stream(local=3)  # type: ignore[arg-type]
