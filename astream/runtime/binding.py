@@ -5,7 +5,7 @@ Theory of operation
 A stream's ``local`` directory carries three kinds of small files under ``local/.astream/``:
 
 - **Binding** (``binding.json``): the remote URL (without credentials) whose cache this is, and
-  a digest of the shard table of the index it holds (:func:`index_digest`). Written when a
+  a digest of the index it holds (:func:`index_digest`). Written when a
   dataset with a remote first uses the directory, rewritten when the remote's index changes.
   A dataset with *another* remote is refused at construction: two datasets with the same shard
   names and sizes would otherwise share bytes silently. Checked once per construction; nothing
@@ -32,7 +32,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from astream.core.index import Index
 from astream.errors import ConfigError
 from astream.runtime.cache import disk_error
 from astream.runtime.locks import FileLock
@@ -77,10 +76,13 @@ class Binding:
     digest: str
 
 
-def index_digest(index: Index) -> str:
-    """sha256 of the shard table (every entry's fields, in order): the dataset's identity."""
-    table = json.dumps([s.to_json() for s in index.shards], sort_keys=True)
-    return hashlib.sha256(table.encode()).hexdigest()
+def index_digest(data: bytes) -> str:
+    """sha256 of the index.json bytes: which version of the remote's dataset a cache holds.
+
+    The bytes, not a re-serialised shard table: hashing them costs ~20 ms for a 100k-shard
+    index where rebuilding the table costs ~1.7 s. A change that leaves every shard entry
+    equal (a reformatted index) only re-binds; shards are compared entry by entry."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def read_binding(local: str) -> Binding | None:

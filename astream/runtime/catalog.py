@@ -216,11 +216,11 @@ async def load_index(store: ObjectStore | None, local: str) -> Index:
         )
         return warm
     index = parse_index(data, store.url_for(INDEX))
-    digest = index_digest(index)
+    digest = index_digest(data)
     old = _read(path)
-    old_index = _parse_or_none(old, path)
-    foreign = old_index is None or index_digest(old_index) != digest
-    if bound is None and old is not None and old != data and foreign:
+    same = old == data
+    old_index = None if same else _parse_or_none(old, path)
+    if bound is None and old is not None and not same and not _same_table(old_index, index):
         raise ConfigError(
             f"local={local!r} already holds a dataset (its {INDEX} differs from the one of "
             f"{remote}) that no remote is bound to; astream will not overwrite it: give "
@@ -231,12 +231,11 @@ async def load_index(store: ObjectStore | None, local: str) -> Index:
     for d in new_dirs(local):
         if not is_entry(d):
             mark_entry(d, remote)
-    changed = bound is not None and bound.digest != digest
-    if old != data or changed:
-        if old is not None or changed:
-            # an unreadable old index: sizes decide; no old index but a binding to another
-            # version: nothing cached is known to match, every named file goes
-            _drop_stale(local, old_index, index, by_size=old_index is None and not changed)
+    if not same:
+        if old is not None or bound is not None:
+            # the index changed: drop every shard whose entry changed (all of them when the
+            # old index is unreadable or gone: nothing cached is known to match)
+            _drop_stale(local, old_index, index)
         # the temporary copy lives under .astream/, which cache accounting never counts
         tmp = os.path.join(local, ".astream", f"{INDEX}.{os.getpid()}")
         try:
@@ -285,8 +284,11 @@ def _warm_copy(local: str, bound: Binding | None) -> Index | None:
     if bound is None:
         return None
     path = os.path.join(local, INDEX)
-    index = _parse_or_none(_read(path), path)
-    if index is None or index_digest(index) != bound.digest:
+    data = _read(path)
+    if data is None or index_digest(data) != bound.digest:
+        return None
+    index = _parse_or_none(data, path)
+    if index is None:
         return None
     for entry in index.shards:
         try:
@@ -300,10 +302,14 @@ def _warm_copy(local: str, bound: Binding | None) -> Index | None:
     return index
 
 
-def _drop_stale(local: str, old: Index | None, new: Index, *, by_size: bool = False) -> None:
+def _same_table(a: Index | None, b: Index) -> bool:
+    return a is not None and [e.to_json() for e in a.shards] == [e.to_json() for e in b.shards]
+
+
+def _drop_stale(local: str, old: Index | None, new: Index) -> None:
     """Delete cached shard files that no longer match the (new) index: a shard whose index
-    entry changed at all (size, sample count, hashes, encodings); with ``by_size`` (the old
-    index is unreadable) a file whose size differs."""
+    entry changed at all (size, sample count, hashes, encodings); every named file when the old
+    index is unknown."""
     same: set[str] = set()
     if old is not None:
         before = {e.raw_data.basename: e.to_json() for e in old.shards}
@@ -311,8 +317,8 @@ def _drop_stale(local: str, old: Index | None, new: Index, *, by_size: bool = Fa
             if before.get(e.raw_data.basename) == e.to_json():
                 same.add(e.raw_data.basename)
     for entry in new.shards:
-        keep = by_size or entry.raw_data.basename in same
-        for info in (entry.raw_data, entry.zip_data, entry.raw_meta, entry.zip_meta):
+        keep = entry.raw_data.basename in same
+        for info in (entry.raw_data, entry.zip_data):
             if info is None:
                 continue
             p = os.path.join(local, info.basename)
