@@ -108,7 +108,9 @@ def _outer(peer_python: str) -> int:
             with open(path, "w") as f:
                 f.write(text)
         env = dict(
-            os.environ, PYTHONPATH=os.pathsep.join([stub, os.path.join(ROOT, "tests", "core")])
+            os.environ,
+            PYTHONPATH=os.pathsep.join([stub, os.path.join(ROOT, "tests", "core")]),
+            PYTHONHASHSEED="0",  # the reference prints sets in its messages
         )
         return subprocess.call([peer_python, os.path.abspath(__file__), "--inner"], env=env)
 
