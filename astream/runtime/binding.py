@@ -192,6 +192,19 @@ def _fresh_after_fork() -> None:
         _leases_pid = os.getpid()
 
 
+def _after_fork_in_child() -> None:
+    # A fresh mutex (another thread may have held it at the fork), and drop the inherited
+    # lease descriptors now, not at the child's first lease: a child that never uses the
+    # dataset would otherwise keep its dead parent's lease alive.
+    global _leases_mutex
+    _leases_mutex = threading.Lock()
+    _fresh_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _acquire(root: str) -> bool:
     with _leases_mutex:
         _fresh_after_fork()

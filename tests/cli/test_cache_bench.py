@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import os
 import subprocess
 import sys
@@ -126,7 +125,6 @@ def test_cache_never_deletes_what_astream_did_not_create(cli, tmp_path, monkeypa
     """Issue 12: `clear --all --dir D` deleted every sub-directory of D (photos, a converted
     dataset), and so did ASTREAM_CACHE_DIR pointed at a data folder."""
     from astream.cli.common import human_bytes
-
     from tests.reliability.conftest import write_ds
 
     data = tmp_path / "data"
@@ -324,3 +322,44 @@ def test_console_script_and_module_agree(tmp_path):
         c.stderr
         == f"astream: error: no index.json (is this an MDS dataset?) [{tmp_path}/index.json]\n"
     )
+
+
+FORKER = r"""
+import os, sys, time
+from astream import StreamingDataset
+ds = StreamingDataset(remote=sys.argv[1], batch_size=10)
+r, w = os.pipe()
+child = os.fork()
+if child == 0:  # a forked child that never touches the dataset: it holds no lease of its own
+    os.close(r)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)  # let the test's pipes close when the parent exits
+    os.write(w, b"x")
+    time.sleep(60)
+    os._exit(0)
+os.read(r, 1)
+print(child, flush=True)
+os._exit(0)  # the parent dies at once; its lease must die with it
+"""
+
+
+def test_a_forked_child_does_not_keep_its_dead_parents_lease(cli, tmp_path, monkeypatch, s3_plain):
+    root = tmp_path / "root"
+    env = {**os.environ, "ASTREAM_CACHE_DIR": str(root), "PYTHONPATH": ROOT}
+    p = subprocess.run(
+        [sys.executable, "-c", FORKER, s3_plain],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    child = int(p.stdout)
+    try:
+        monkeypatch.setenv("ASTREAM_CACHE_DIR", str(root))
+        [e] = cli("cache", "list", "--json").json()["entries"]
+        assert (e["in_use"], e["pids"]) == (False, [])
+    finally:
+        os.kill(child, 9)
