@@ -33,8 +33,8 @@ from typing import Any
 
 from astream.cli.common import human_bytes, is_local, join_split, local_path, read_index
 from astream.core.compression import decompress
-from astream.core.hashing import hexdigest
 from astream.core.encodings import UNSAFE_ENCODINGS
+from astream.core.hashing import hexdigest
 from astream.core.index import FileInfo, Index, ShardEntry
 from astream.core.shard import SampleDecoder, ShardView
 from astream.core.splitformats import SplitShardView
@@ -50,9 +50,7 @@ class Problem:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "verify", help="re-hash and decode every shard and report problems (exit 1)"
-    )
+    p = sub.add_parser("verify", help="re-hash and decode every shard and report problems (exit 1)")
     p.add_argument("url", help="dataset directory or remote URL")
     p.add_argument("--split", help="sub-directory of the dataset")
     p.add_argument("--concurrency", type=int, default=8, help="files read at once (default 8)")

@@ -13,10 +13,14 @@ no thread is added, the decode is the same code, and so is the order.
 
 Random access (``get``): a shard already in the cache is read from the map; an uncompressed
 shard that is not is read with two ranged GETs -- its header (then remembered) and exactly the
-sample's bytes -- so one sample never costs a shard download; after ``PROMOTE_AFTER`` such
-reads in one shard, the shard is fetched whole in the background and later reads are local. A
-compressed shard is fetched whole through the cache, since its samples cannot be addressed
-inside the compressed bytes.
+sample's bytes -- so one sample never costs a shard download. Promotion to a whole-shard fetch
+is rent-or-buy, by bytes: the bytes spent on ranges in one shard (headers and samples) are
+counted, and once they reach the shard's size the shard is fetched whole in the background;
+reads of that shard then wait for that fetch and are local. Whatever the access pattern, the
+bytes moved for a shard are then at most twice those of the better of the two pure strategies
+(ranges only, or the shard at the first read), and sparse random access -- a few samples of
+each big shard -- never downloads a shard. A compressed shard is fetched whole through the
+cache, since its samples cannot be addressed inside the compressed bytes.
 """
 
 from __future__ import annotations
@@ -41,8 +45,6 @@ from astream.runtime.stats import Stats, Stopwatch
 from astream.runtime.stores import StorePool
 
 __all__ = ["Engine"]
-
-PROMOTE_AFTER = 4  # range reads in one shard before it is fetched whole in the background
 
 Batches = Iterator[np.ndarray[Any, np.dtype[np.int64]]]
 
@@ -308,18 +310,24 @@ class Engine:
     async def aget_range(self, s: int, li: int) -> dict[str, Any]:
         parts = self._parts()
         stats: Stats = parts["stats"]
+        opener: ShardOpener = parts["random"]
+        local = await self._promoted(parts, s, li)
+        if local is not None:
+            return local
         shard = self.catalog.shards[s]
         entry = self.catalog.entries[s]
         assert shard.remote is not None
         store = self.stores.get(shard.remote)
         headers: dict[int, list[int]] = parts["headers"]
         offsets = headers.get(s)
+        spent = 0
         if offsets is None:
             meta = shard.meta  # a split shard's offsets live in its meta file
             head_key = shard.raw_key if meta is None else meta.raw_key
             head = await store.get_range(head_key, 0, header_size(entry.samples))
             stats.range_requests += 1
             stats.bytes_fetched += len(head)
+            spent += len(head)
             first = None if meta is None else 0  # split offsets index the data file from 0
             offsets = parse_offsets(
                 head, shard.url(), entry.samples, entry.raw_data.bytes, min_first=first
@@ -328,23 +336,45 @@ class Engine:
         data = await store.get_range(shard.raw_key, offsets[li], offsets[li + 1])
         stats.range_requests += 1
         stats.bytes_fetched += len(data)
-        self._maybe_promote(parts, s)
-        opener: ShardOpener = parts["random"]
+        self._maybe_promote(parts, s, spent + len(data))
         stats.samples += 1
         return opener.decoder(s).decode(memoryview(data))
 
-    def _maybe_promote(self, parts: dict[str, Any], s: int) -> None:
-        """After ``PROMOTE_AFTER`` range reads in one shard, fetch the whole shard in the
-        background (only if the cache has room without evicting anything pinned): a shard read
-        that often is cheaper to hold than to keep asking for, one GET at a time."""
-        hits: dict[int, int] = parts.setdefault("range_hits", {})
-        n = hits.get(s, 0) + 1
-        hits[s] = n
-        if n == PROMOTE_AFTER:
-            tasks: set[asyncio.Task[bool]] = parts.setdefault("promotions", set())
-            task = asyncio.get_running_loop().create_task(self.download(s, False))
-            tasks.add(task)
-            task.add_done_callback(_forget_promotion(tasks))
+    async def _promoted(self, parts: dict[str, Any], s: int, li: int) -> dict[str, Any] | None:
+        """Sample ``li`` of ``s`` from the cache once a promotion of ``s`` started on this loop
+        has finished (waiting for it: its bytes are already on the way); None to read a range
+        (no promotion, one on another loop, or one that could not make room)."""
+        task: asyncio.Task[bool] | None = parts.setdefault("promoting", {}).get(s)
+        if task is None or task.get_loop() is not asyncio.get_running_loop():
+            return None
+        try:
+            ok = await asyncio.shield(task)
+        except Exception:
+            ok = False
+        opener: ShardOpener = parts["random"]
+        h = opener.try_open(s) if ok else None
+        if h is None:
+            return None
+        parts["stats"].samples += 1
+        return h.sample(li)
+
+    def _maybe_promote(self, parts: dict[str, Any], s: int, nbytes: int) -> None:
+        """Count ``nbytes`` more spent on ranges in shard ``s``; when the total reaches the
+        shard's size, fetch it whole in the background (only if the cache has room without
+        evicting anything pinned). Rent-or-buy: ranges cost what they move, a download the
+        shard's size, so buying when the rent paid equals the price bounds the total at twice
+        the better choice made in hindsight. A promotion that could not make room starts the
+        count again."""
+        spent: dict[int, int] = parts.setdefault("range_bytes", {})
+        total = spent.get(s, 0) + nbytes
+        spent[s] = total
+        promoting: dict[int, asyncio.Task[bool]] = parts.setdefault("promoting", {})
+        if total < self.catalog.entries[s].raw_data.bytes or s in promoting:
+            return
+        spent[s] = 0
+        task = asyncio.get_running_loop().create_task(self.download(s, False))
+        promoting[s] = task
+        task.add_done_callback(_forget_promotion(promoting, s))
 
     # -- explicit cache control (the reference's evict_shard / evict_coldest_shard) -------------
     def evict(self, s: int) -> int:
@@ -393,9 +423,10 @@ class Engine:
         return freed[0]
 
 
-def _forget_promotion(tasks: set[asyncio.Task[bool]]) -> Any:
+def _forget_promotion(promoting: dict[int, asyncio.Task[bool]], s: int) -> Any:
     def done(task: asyncio.Task[bool]) -> None:
-        tasks.discard(task)
+        if promoting.get(s) is task:
+            del promoting[s]
         if not task.cancelled():
             task.exception()  # a failed background fetch only means the next read is a range
 
