@@ -9,7 +9,8 @@ response back. On the way it can, per request:
 - wait ``latency`` seconds before forwarding (a fixed per-request cost, like a far region);
 - cap the response bandwidth shared by all connections at ``bandwidth`` bytes/s;
 - answer ``503``/``500`` itself (``error_rate``), close the connection before any response
-  (``reset_rate``), or send the headers and half the body and then close (``truncate_rate``).
+  (``reset_rate``), or send the headers and half the body and then close (``truncate_rate``);
+  ``401``/``403`` (credentials refused) are answered only when planned.
 
 Faults are drawn from ``random.Random(seed)``, so a run is repeatable, and can also be scheduled
 exactly with :meth:`FaultProxy.plan` (the next N requests get these faults, in order), optionally
@@ -34,6 +35,7 @@ from astream.testing.servers import ThreadedApp
 __all__ = ["FAULTS", "FaultProxy", "ProxyStats"]
 
 FAULTS = ("503", "500", "reset", "truncate")
+PLANNED_ONLY = ("401", "403")  # answered by the proxy itself, only through plan()
 _HOP = {
     "connection",
     "keep-alive",
@@ -123,8 +125,8 @@ class FaultProxy:
     def plan(self, *faults: str, path: str = "") -> None:
         """Give the next requests (whose path contains ``path``) these faults, in order."""
         for f in faults:
-            if f not in (*FAULTS, "ok"):
-                raise ValueError(f"unknown fault {f!r}; one of {FAULTS} or 'ok'")
+            if f not in (*FAULTS, *PLANNED_ONLY, "ok"):
+                raise ValueError(f"unknown fault {f!r}; one of {FAULTS + PLANNED_ONLY} or 'ok'")
         with self._lock:
             self._plan.extend((f, path) for f in faults)
 
@@ -180,7 +182,7 @@ class FaultProxy:
         if self.latency:
             await asyncio.sleep(self.latency)
         body = await request.read()
-        if fault in ("503", "500"):
+        if fault in ("503", "500", *PLANNED_ONLY):
             return web.Response(status=int(fault), text=f"injected {fault}")
         if fault == "reset":
             assert request.transport is not None
