@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Regenerate tests/golden/data/ with the reference writer (mosaicml-streaming 0.13.0).
 
-Usage:  python scripts/gen_golden.py [--peer-python /work/peervenv/bin/python]
+Usage:  python scripts/gen_golden.py [--peer-python /work/peervenv/bin/python] [--only NAME]
 
 Run with any python: it re-executes itself under the peer venv's python (which has
 ``mosaicml-streaming==0.13.0`` installed) with a stub ``torchvision`` package on PYTHONPATH;
@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
@@ -31,7 +32,7 @@ _STUBS = {
 }
 
 
-def _outer(peer_python: str) -> int:
+def _outer(peer_python: str, only: list[str]) -> int:
     with tempfile.TemporaryDirectory() as stub:
         for rel, text in _STUBS.items():
             path = os.path.join(stub, rel)
@@ -39,10 +40,12 @@ def _outer(peer_python: str) -> int:
             with open(path, "w") as f:
                 f.write(text)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([stub, GOLDEN]))
-        return subprocess.call([peer_python, os.path.abspath(__file__), "--inner"], env=env)
+        argv = [peer_python, os.path.abspath(__file__), "--inner"]
+        argv += [a for name in only for a in ("--only", name)]
+        return subprocess.call(argv, env=env)
 
 
-def _inner() -> None:
+def _inner(only: list[str]) -> None:
     import golden_samples as gs
     from streaming import MDSWriter
     from streaming.base.format.json import JSONWriter
@@ -50,8 +53,27 @@ def _inner() -> None:
     from streaming.base.util import merge_index
 
     writers = {"mds": MDSWriter, "json": JSONWriter, "csv": CSVWriter, "tsv": TSVWriter}
+    if only:
+        # just these fixtures, the others untouched (a full run rewrites gz_1's timestamps)
+        for name in only:
+            if name not in gs.SPECS or "/" in name:
+                raise SystemExit(f"--only: no single fixture {name!r} in golden_samples.SPECS")
+            shutil.rmtree(os.path.join(OUT, name), ignore_errors=True)
+        _write_specs(gs, writers, only)
+        return
     shutil.rmtree(OUT, ignore_errors=True)
-    for name, spec in gs.SPECS.items():
+    _write_specs(gs, writers, list(gs.SPECS))
+    merge_index(os.path.join(OUT, "merged"), keep_local=True)
+    import gen_golden_xsv  # data/split/ (json, csv, tsv, xsv writers), cleared above too
+
+    gen_golden_xsv.write_all()
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(OUT) for f in files)
+    print(f"total {total} bytes under {OUT}")
+
+
+def _write_specs(gs: Any, writers: dict[str, Any], names: list[str]) -> None:
+    for name in names:
+        spec = gs.SPECS[name]
         cls = writers[spec.get("writer", "mds")]
         out = os.path.join(OUT, name)
         with cls(
@@ -64,12 +86,6 @@ def _inner() -> None:
             for sample in gs.samples_for(name):
                 w.write(sample)
         print(f"wrote {name}: {sorted(os.listdir(out))}")
-    merge_index(os.path.join(OUT, "merged"), keep_local=True)
-    import gen_golden_xsv  # data/split/ (json, csv, tsv, xsv writers), cleared above too
-
-    gen_golden_xsv.write_all()
-    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(OUT) for f in files)
-    print(f"total {total} bytes under {OUT}")
 
 
 def main() -> int:
@@ -80,11 +96,18 @@ def main() -> int:
         default=os.environ.get("ASTREAM_PEER_PYTHON", "/work/peervenv/bin/python"),
         help="python of a venv with mosaicml-streaming==0.13.0",
     )
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="regenerate just this fixture (repeatable), e.g. --only exact_limit",
+    )
     args = ap.parse_args()
     if args.inner:
-        _inner()
+        _inner(args.only)
         return 0
-    return _outer(args.peer_python)
+    return _outer(args.peer_python, args.only)
 
 
 if __name__ == "__main__":

@@ -124,7 +124,47 @@ def split_rows(n: int, seed: int = 0) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+EXACT_LIMIT = 1000  # size_limit of the exact_limit fixture
+
+
+def exact_limit_config_len(limit: int = EXACT_LIMIT) -> int:
+    """Bytes of the shard config JSON of the exact_limit fixture (as both writers write it)."""
+    import json
+
+    config = {
+        "column_encodings": ["bytes"],
+        "column_names": ["blob"],
+        "column_sizes": [None],
+        "compression": None,
+        "format": "mds",
+        "hashes": ["sha1"],
+        "size_limit": limit,
+        "version": 2,
+    }
+    return len(json.dumps(config, sort_keys=True))
+
+
+def exact_limit(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Shards whose bytes land exactly on ``size_limit``, and one byte over it, alternately.
+
+    One ``bytes`` column: a sample costs its length + 4 (length prefix) + 4 (its offset); a
+    shard costs 8 + the config JSON + its samples. Each group is ten 50-byte samples and a
+    filler sized so that the shard is exactly ``EXACT_LIMIT`` bytes (even groups: it fits, the
+    limit is not exceeded) or one byte more (odd groups: the filler starts the next shard).
+    ``n`` is the number of groups."""
+    rng = np.random.default_rng(seed)
+    room = EXACT_LIMIT - 8 - exact_limit_config_len()
+    out: list[dict[str, Any]] = []
+    for g in range(n):
+        for _ in range(10):
+            out.append({"blob": rng.bytes(50)})
+        filler = room - 10 * 58 - 8 + (g % 2)
+        out.append({"blob": rng.bytes(filler)})
+    return out
+
+
 GENERATORS = {
+    "exact_limit": exact_limit,
     "all_encodings": all_encodings,
     "tokens": tokens,
     "oversized_first": oversized_first,
@@ -161,6 +201,8 @@ SPECS: dict[str, dict[str, Any]] = {
                  compression=None, hashes=["sha1"], size_limit=600),
     "csv": dict(writer="csv", gen="split_rows", n=30, seed=13, columns=SPLIT_COLUMNS,
                 compression=None, hashes=["sha1"], size_limit=600),
+    "exact_limit": dict(gen="exact_limit", n=4, seed=15, columns={"blob": "bytes"},
+                        compression=None, hashes=["sha1"], size_limit=EXACT_LIMIT),
     "tsv_zstd": dict(writer="tsv", gen="split_rows", n=20, seed=14, columns=SPLIT_COLUMNS,
                      compression="zstd:3", hashes=[], size_limit=None),
 }  # fmt: skip
