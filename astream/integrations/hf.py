@@ -38,6 +38,7 @@ __all__ = [
     "StreamingTrainer",  # noqa: F822 - built on first use (module __getattr__)
     "StreamingTrainerMixin",
     "detect_resharding",
+    "resharding_error",
 ]
 
 STATE_FILE = "astream_loader_state.json"
@@ -54,7 +55,7 @@ def detect_resharding() -> str | None:
     """The name of an accelerate/transformers wrapper on the call stack that splits an iterable
     dataset between ranks (and so would split astream's per-rank stream a second time), or None.
     Imports nothing; cheap enough to call once per epoch from ``__iter__``."""
-    f: Any = sys._getframe(1)
+    f: Any = sys._getframe(0)
     while f is not None:
         me = f.f_locals.get("self")
         if me is not None:
@@ -64,6 +65,22 @@ def detect_resharding() -> str | None:
                 return f"{cls.__module__}.{cls.__name__}"
         f = f.f_back
     return None
+
+
+def resharding_error() -> ConfigError | None:
+    """The error for a StreamingDataset iterated under a wrapper that splits it between ranks
+    again (see :func:`detect_resharding`; called by the dataset when it runs on several ranks),
+    or None."""
+    found = detect_resharding()
+    if found is None:
+        return None
+    return ConfigError(
+        f"StreamingDataset is being split between ranks a second time by {found}: astream "
+        "already gives each rank its own part of the epoch, so this rank would see only part "
+        "of it (the Hugging Face Trainer passes iterable datasets through accelerate this way). "
+        "Use astream.integrations.hf.StreamingTrainer (or StreamingTrainerMixin) instead of "
+        "transformers.Trainer"
+    )
 
 
 def _read_state(checkpoint: str) -> dict[str, Any]:

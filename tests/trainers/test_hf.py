@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
-from .conftest import NUM_SAMPLES, read_log, run_job
+from .conftest import HERE, NUM_SAMPLES, env, read_log, run_job
 
 pytest.importorskip("transformers", reason="the [trainers] extra is not installed")
 pytest.importorskip("accelerate", reason="the [trainers] extra is not installed")
@@ -55,3 +57,51 @@ def test_hf_trainer_torchrun_two_ranks(trainer_data: str, tmp_path: Any, dispatc
                           "--dispatch", dispatch, "--save-steps", "30,63,100"],
             nproc=2, timeout=400)  # fmt: skip
     _check(out, 2, 63, [30, 63, 100])
+
+
+def test_plain_trainer_without_batch_size_every_sample_once(
+    trainer_data: str, tmp_path: Any
+) -> None:
+    # transformers.Trainer itself, one process, 2 workers, a dataset built without batch_size:
+    # the dataset takes the DataLoader's 16 (it used to yield 1,992 of 2,000 per epoch)
+    out = str(tmp_path)
+    run_job("hf_job.py", ["--data", trainer_data, "--out", out, "--workers", "2", "--plain",
+                          "--no-batch"])  # fmt: skip
+    log = read_log(os.path.join(out, "ref.rank0.jsonl"))
+    assert [len(b) for b in log] == [16] * 250
+    for epoch in range(2):
+        ids = sorted(i for b in log[epoch * 125 : (epoch + 1) * 125] for i in b)
+        assert ids == list(range(NUM_SAMPLES))
+
+
+def test_resharding_is_detected() -> None:
+    from astream.integrations.hf import detect_resharding, resharding_error
+
+    class IterableDatasetShard:  # stands in for accelerate's wrapper, by module and name
+        __module__ = "accelerate.data_loader"
+
+        def __iter__(self) -> Any:
+            yield detect_resharding()
+
+    assert detect_resharding() is None and resharding_error() is None
+    assert list(IterableDatasetShard()) == ["accelerate.data_loader.IterableDatasetShard"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pending a dataset change (reported to the coordinator): StreamingDataset.__iter__ "
+    "on several ranks should raise astream.integrations.hf.resharding_error() when not None; "
+    "today a plain Trainer under torchrun covers 1,000 (dispatch) / 1,024 (no dispatch) of "
+    "2,000 distinct samples per epoch",
+)
+@pytest.mark.parametrize("dispatch", ["default", "false"])
+def test_plain_trainer_under_torchrun_is_refused(
+    trainer_data: str, tmp_path: Any, dispatch: str
+) -> None:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           os.path.join(HERE, "hf_job.py"), "--data", trainer_data, "--out", str(tmp_path),
+           "--workers", "0", "--plain", "--dispatch", dispatch]  # fmt: skip
+    r = subprocess.run(cmd, env=env(), timeout=300, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "ConfigError: StreamingDataset is being split between ranks a second time" in r.stderr
+    assert "StreamingTrainer" in r.stderr
