@@ -129,7 +129,8 @@ class LocalDataset:
         else:
             assert s.raw_meta is not None
             meta = self._load(s.raw_meta, s.zip_meta, s.compression)
-            view = SplitShardView(data, meta, s, source)
+            meta_source = self._path(s.zip_meta or s.raw_meta)
+            view = SplitShardView(data, meta, s, source, meta_source)
         self._views[k] = view
         if not isinstance(data, mmap.mmap):
             self._lru[k] = s.raw_data.bytes

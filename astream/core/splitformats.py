@@ -110,14 +110,16 @@ class SplitDecoder:
 class SplitShardView:
     """Random access to the samples of one uncompressed split shard (data + meta buffers)."""
 
-    def __init__(self, data: Any, meta: Any, entry: ShardEntry, source: str) -> None:
+    def __init__(
+        self, data: Any, meta: Any, entry: ShardEntry, source: str, meta_source: str | None = None
+    ) -> None:
         self.decoder = SplitDecoder(entry, source)
         data_mv = memoryview(data).cast("B")
         if len(data_mv) != entry.raw_data.bytes:
             raise FormatError(
                 f"data file is {len(data_mv)} bytes, index says {entry.raw_data.bytes}", source
             )
-        self._offsets = split_offsets(meta, entry, source)
+        self._offsets = split_offsets(meta, entry, meta_source or source)
         self._data = data_mv
         self.entry = entry
         self.source = source

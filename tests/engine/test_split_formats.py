@@ -260,3 +260,21 @@ def test_aiter_and_aget_on_the_callers_loop(s3_split: Any, tmp_path: Path) -> No
 
     got, one = asyncio.run(main())
     assert got == rows and one == rows[17]
+
+
+def test_meta_whose_offsets_stop_short_of_the_data_file(tmp_path: Path) -> None:
+    """The last offset must be the data file's size (LocalDataset and streaming alike)."""
+    from astream.local import LocalDataset
+
+    local = _copy("csv_hashes", tmp_path)
+    meta = Path(local) / "shard.00002.csv.meta"
+    data = bytearray(meta.read_bytes())
+    n = int.from_bytes(data[:4], "little")
+    last = int.from_bytes(data[4 + 4 * n : 8 + 4 * n], "little")
+    data[4 + 4 * n : 8 + 4 * n] = (last - 1).to_bytes(4, "little")
+    meta.write_bytes(bytes(data))
+    msg = rf"shard\.00002\.csv\.meta: last sample offset {last - 1} does not match file size {last}"
+    with pytest.raises(FormatError, match=msg):
+        list(LocalDataset(local))
+    with pytest.raises(FormatError, match=msg):
+        list(StreamingDataset(local=local, batch_size=4))
