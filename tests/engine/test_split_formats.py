@@ -278,3 +278,18 @@ def test_meta_whose_offsets_stop_short_of_the_data_file(tmp_path: Path) -> None:
         list(LocalDataset(local))
     with pytest.raises(FormatError, match=msg):
         list(StreamingDataset(local=local, batch_size=4))
+
+
+def test_meta_config_disagreeing_with_the_index(tmp_path: Path) -> None:
+    from astream.local import LocalDataset
+
+    local = _copy("xsv_pipe", tmp_path)
+    meta = Path(local) / "shard.00000.xsv.meta"
+    data = meta.read_bytes()
+    assert data.count(b'"separator": "|"') == 1
+    meta.write_bytes(data.replace(b'"separator": "|"', b'"separator": ";"'))  # same size
+    msg = r"shard\.00000\.xsv\.meta: meta file config separator ';' differs from the index '\|'"
+    with pytest.raises(FormatError, match=msg):
+        LocalDataset(local)[0]
+    with pytest.raises(FormatError, match=msg):
+        list(StreamingDataset(local=local, batch_size=4))
