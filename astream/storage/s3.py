@@ -47,6 +47,33 @@ _NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NotFound", "404"}
 _THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded"}
 
 
+_loader: Any = None
+_loader_pid = 0
+
+
+def _load_models() -> Any:
+    import botocore.session
+
+    warm = botocore.session.get_session()
+    warm.create_client(  # fills the loader's caches; no request, no credential lookup
+        "s3", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    )
+    return warm.get_component("data_loader")
+
+
+def _new_session(loader: Any) -> Any:
+    session = aiobotocore.session.get_session()
+    session.register_component("data_loader", loader)
+    return session
+
+
+async def _warm_loader() -> Any:
+    """botocore's data loader with the S3 models parsed, shared by this process's clients."""
+    global _loader, _loader_pid
+    if _loader is None or _loader_pid != os.getpid():
+        _loader, _loader_pid = await asyncio.to_thread(_load_models), os.getpid()
+    return _loader
+
 class S3Backend:
     def __init__(
         self,
@@ -108,7 +135,9 @@ class S3Backend:
                     read_timeout=60,
                 )
                 stack = contextlib.AsyncExitStack()
-                session = aiobotocore.session.get_session()
+                # a session reads config files and botocore parses its JSON models (~0.3 s
+                # in all): both in a thread, so that no event loop is held by them
+                session = await asyncio.to_thread(_new_session, await _warm_loader())
                 self._client = await stack.enter_async_context(
                     session.create_client(
                         "s3",
