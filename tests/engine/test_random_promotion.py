@@ -67,6 +67,11 @@ def test_sparse_random_access_never_downloads_a_shard(
     assert proxy.stats.total_requests == len(touched) + len(picks)
     assert proxy.stats.total_bytes == want
     assert want < sum(ds.shards[s].raw_data.bytes for s in touched) / 2
+    print(
+        f"\n[random-sparse] {len(picks)} reads over {len(touched)} shards of "
+        f"{sum(ds.shards[s].raw_data.bytes for s in touched)} B: {proxy.stats.total_requests} "
+        f"GETs, {want} B ({want / len(picks):.0f} B per read), 0 shards downloaded"
+    )
     for s in range(3):
         assert not os.path.exists(os.path.join(local, ds.shards[s].raw_data.basename))
     assert ds.stats.shards_fetched == 0
@@ -139,6 +144,10 @@ def test_a_shard_is_bought_when_its_ranges_cost_its_size(
     assert proxy.stats.total_bytes == spent + size
     assert proxy.stats.total_requests == 1 + (k_buy + 1) + 1
     assert spent + size <= 2 * size + max(sz)
+    print(
+        f"\n[random-dense {api}] shard of {size} B: bought after {k_buy + 1} range reads "
+        f"({spent} B of ranges), total {spent + size} B = {(spent + size) / size:.2f}x the shard"
+    )
     proxy.reset_stats()
     assert get(order[:5]) == [first + li for li in order[:5]]
     assert proxy.stats.total_requests == 0
