@@ -8,9 +8,10 @@ Usage:  python scripts/reliability_figures.py [rss] [thrash] [--samples 4000] [-
 first and the last (the per-remote-dataset store leak, fixed by shared stores); then the same
 dataset iterated ``--datasets`` times, and a new local-only dataset per round, for contrast.
 
-``thrash``: 4,000 samples of 40..2040 B (tests/reliability's payload) read from a local directory used as the remote, one consumer,
-default shuffle: one epoch with ``cache_limit="3mb"`` (below the dataset, ~15 of 22 shards)
-and one without; prints shards and bytes fetched and the epoch time of each.
+``thrash``: 4,000 samples of 40..2040 B (tests/reliability's payload) read from a local
+directory used as the remote, one consumer, default shuffle: one epoch with
+``cache_limit="3mb"`` (below the dataset, ~15 of 22 shards) and one without; prints shards and
+bytes fetched and the epoch time of each.
 """
 
 from __future__ import annotations
