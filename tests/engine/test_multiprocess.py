@@ -138,6 +138,15 @@ def test_tight_cache_two_processes_two_workers(s3_bucket: str, tmp_path: Any) ->
     assert 0 < peak <= limit, (peak, limit)
 
 
+def _shard_gets(proxy: Any) -> int:
+    for _ in range(100):
+        try:
+            return sum(n for q, n in list(proxy.stats.requests.items()) if "/shard." in q)
+        except RuntimeError:  # the proxy thread added a key while we copied
+            continue
+    raise AssertionError("proxy counters kept changing")
+
+
 def test_kill9_during_download_then_rerun(
     s3_dataset: Any, local_dataset: Any, s3_server: Any, make_proxy: Any, tmp_path: Any
 ) -> None:
@@ -145,15 +154,23 @@ def test_kill9_during_download_then_rerun(
     proxy = make_proxy(s3_server.url, latency=0.05, bandwidth=200_000)
     local = str(tmp_path / "cache")
     out = str(tmp_path / "o")
-    for delay in (0.8, 1.5):
+    for extra in (0.0, 0.1):
+        proxy.reset_stats()
         p = subprocess.Popen(
             _job(url, local, out, "--endpoint", proxy.url),
             env=_env(),
             start_new_session=True,
         )
-        time.sleep(delay)
+        # not a fixed delay (on a loaded machine it can fall before the first request): wait
+        # for the proxy to count the job's first shard GET, then kill mid-download
+        deadline = time.monotonic() + 60
+        while not _shard_gets(proxy) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(extra)
+        started = _shard_gets(proxy)
         os.killpg(p.pid, signal.SIGKILL)  # the job and its DataLoader workers, mid-download
         p.wait(timeout=30)
+        assert started >= 1, "killed before any shard request"
     proxy.configure(latency=0.0, bandwidth=None)
     r = subprocess.run(
         _job(url, local, out, "--endpoint", proxy.url),
