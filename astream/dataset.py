@@ -57,7 +57,7 @@ __all__ = ["StreamingCore"]
 
 SLICE_S = 0.002  # the longest astream keeps the caller's loop on hot data (see aiter)
 MAX_WORKERS = 1024  # DataLoader workers per rank whose epochs the shared state can track
-_BASE, _START, _GEN, _SLOTS = 0, 1, 2, 3
+_BASE, _START, _GEN, _KEEP_END, _SLOTS = 0, 1, 2, 3, 4
 
 
 class _Epochs:
@@ -86,14 +86,19 @@ class _Epochs:
         else:
             self.__init__(state["values"])  # type: ignore[misc]
 
-    def reset(self, epoch: int, start: int) -> int:
+    def reset(self, epoch: int, start: int, keep_end: bool = False) -> int:
         """The next iteration of every consumer runs ``epoch`` from ``start``; returns the
-        generation this reset made (see :meth:`generation`)."""
+        generation this reset made (see :meth:`generation`). ``keep_end``: a ``start`` at the
+        end of the epoch is an (empty) iteration of that epoch for the owner too, not the start
+        of the next one (a no-argument state taken after the last sample)."""
         a = self._a
         a[_SLOTS:] = 0
-        a[_BASE], a[_START] = epoch, start
+        a[_BASE], a[_START], a[_KEEP_END] = epoch, start, int(keep_end)
         a[_GEN] += 1
         return int(a[_GEN])
+
+    def keeps_end(self) -> bool:
+        return bool(self._a[_KEEP_END]) and not int(self._a[_SLOTS:].max())
 
     def generation(self) -> int:
         return int(self._a[_GEN])
@@ -147,7 +152,11 @@ def _loader_batch_size() -> tuple[bool, int | None]:
     base = mod._BaseDataLoaderIter
     f: Any = sys._getframe(1)
     while f is not None:
-        me = f.f_locals.get("self")
+        # only a loader iterator's __init__ (torch's, torchdata's) is asked for its locals:
+        # reading ``f_locals`` snapshots a frame's variables, keeping the caller's objects alive
+        code = f.f_code
+        asked = code.co_name == "__init__" and "dataloader" in code.co_filename.lower()
+        me = f.f_locals.get("self") if asked else None
         if isinstance(me, base):
             sampler = getattr(me, "_index_sampler", None)
             bs = getattr(sampler, "batch_size", None)
@@ -469,6 +478,11 @@ class StreamingCore:
             return epoch + 1, 0
         return epoch, start
 
+    def _next_position(self) -> tuple[int, int]:
+        """(epoch, start) the owner's next iteration runs."""
+        epoch, start = self._epochs.owner_next()
+        return (epoch, start) if self._epochs.keeps_end() else self._normal(epoch, start)
+
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration (of this process or of its DataLoader workers, persistent
         or not) run ``epoch`` from its start."""
@@ -481,7 +495,7 @@ class StreamingCore:
         """Epoch and start of the iteration beginning now in this process (see module doc)."""
         me = _worker()
         if me is None:
-            epoch, start = self._normal(*self._epochs.owner_next())
+            epoch, start = self._next_position()
             self._epochs.reset(epoch + 1, 0)
         elif self._worker_next is not None:
             epoch, start = self._worker_next, 0
@@ -542,6 +556,12 @@ class StreamingCore:
         return (_skip(batches, skip) if skip else batches), progress
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        if detect(self.cfg.replication).world.num_ranks > 1:
+            from astream.integrations.hf import resharding_error
+
+            err = resharding_error()  # accelerate would split each rank's part again
+            if err is not None:
+                raise err
         batches, progress = self._start_iteration()
         if _overrides(self):
             ids: collections.deque[int] = collections.deque()
@@ -656,7 +676,7 @@ class StreamingCore:
     def remaining_len(self) -> int:
         """Samples this rank yields in its next iteration (less than ``len`` after resuming
         mid-epoch)."""
-        epoch, start = self._normal(*self._epochs.owner_next())
+        epoch, start = self._next_position()
         place = detect(self.cfg.replication)
         return int(self.plan(epoch).rank_num_samples(place.world, place.rank, start))
 
@@ -758,7 +778,11 @@ class StreamingCore:
                     "yielded": _yielded(self._progress),
                 }
                 return state
-            return self._state(epoch, start + _yielded(self._progress) * world.num_ranks, world)
+            state = self._state(epoch, start + _yielded(self._progress) * world.num_ranks, world)
+            # a state taken after the last sample resumes into that (finished) epoch, as the
+            # iterator it describes would (torchdata): the next iteration is empty, then E+1
+            state["astream_exact_end"] = True
+            return state
         if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)):
             raise ConfigError(f"num_samples must be an int, got {num_samples!r}")
         pos = int(num_samples) if from_beginning else start + int(num_samples)
@@ -777,9 +801,11 @@ class StreamingCore:
     def load_state_dict(self, obj: dict[str, Any]) -> None:
         """Resume at ``obj`` (ours, or the reference's ``state_dict``) on the next iteration,
         on this or any other World, in this process and its DataLoader workers."""
+        ours = ("astream_worker", "astream_exact_end")
         worker_part = obj.get("astream_worker") if isinstance(obj, dict) else None
+        exact_end = bool(obj.get("astream_exact_end")) if isinstance(obj, dict) else False
         state = LoaderState.from_dict(
-            {k: v for k, v in obj.items() if k != "astream_worker"} if worker_part else obj
+            {k: v for k, v in obj.items() if k not in ours} if isinstance(obj, dict) else obj
         )
         changes: dict[str, Any] = {}
         for key in ("num_canonical_nodes", "shuffle_seed"):
@@ -803,7 +829,10 @@ class StreamingCore:
                 "yielded": int(worker_part["yielded"]),
             }
             return
-        self._epochs.reset(*self._normal(state.epoch, state.sample_in_epoch))
+        if exact_end and state.sample_in_epoch >= self.plan(state.epoch).num_samples:
+            self._epochs.reset(state.epoch, self.plan(state.epoch).num_samples, keep_end=True)
+        else:
+            self._epochs.reset(*self._normal(state.epoch, state.sample_in_epoch))
         self._worker_resume = self._worker_next = None
 
     def __repr__(self) -> str:

@@ -57,7 +57,13 @@ def detect_resharding() -> str | None:
     Imports nothing; cheap enough to call once per epoch from ``__iter__``."""
     f: Any = sys._getframe(0)
     while f is not None:
-        me = f.f_locals.get("self")
+        # only iterator frames and those packages' frames are asked for their locals (reading
+        # ``f_locals`` snapshots a frame's variables, which would keep the caller's objects alive)
+        code = f.f_code
+        asked = code.co_name == "__iter__" or any(
+            pkg in code.co_filename for pkg in ("accelerate", "transformers")
+        )
+        me = f.f_locals.get("self") if asked else None
         if me is not None:
             cls = type(me)
             root = cls.__module__.split(".", 1)[0]

@@ -18,10 +18,12 @@ deals any global position to any World.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _InfiniteConstantSampler
 
 from astream.errors import ConfigError
 from astream.placement import detect
@@ -42,6 +44,20 @@ def _batch_len(batch: Any) -> int:
             return int(batch[0].shape[0])  # default_collate of tuple samples: column tensors
         return len(batch)
     return 1
+
+
+class _EpochSampler(_InfiniteConstantSampler):
+    """The index sampler of an iterable-dataset loader, with the ``set_epoch`` that trainers
+    (Lightning, the Hugging Face Trainer) call on a loader's sampler at each epoch start."""
+
+    def __init__(self, loader: StreamingDataLoader) -> None:
+        super().__init__()
+        self._loader = weakref.ref(loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        loader = self._loader()
+        if loader is not None:
+            loader.set_epoch(epoch)
 
 
 class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
@@ -73,6 +89,16 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
             )
         self.num_samples_yielded = 0
         self._start = 0
+        if self.batch_sampler is not None:
+            self.batch_sampler.sampler = _EpochSampler(self)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Run ``epoch`` next, unless it is the epoch the next iteration already runs (perhaps
+        resuming mid-way from ``load_state_dict``, which this keeps). Trainers call it at every
+        epoch start, which is how a checkpoint taken at an epoch's end resumes in the next."""
+        ds: StreamingDataset = self.dataset  # type: ignore[assignment]
+        if ds._normal(*ds._epochs.owner_next())[0] != epoch:
+            ds.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds: StreamingDataset = self.dataset  # type: ignore[assignment]

@@ -252,11 +252,18 @@ def test_no_argument_state_dict_resumes_exactly(local_dataset: Any) -> None:
     tail = labels(ds2)
     assert head + tail == want[0]
     assert labels(ds2) == want[1]
-    # a state saved at the very end of an epoch resumes at the next one
+    # a state saved after the last sample resumes into that finished epoch (an empty
+    # iteration, as the iterator it describes would give: torchdata), then the next one
     end = ds2.state_dict()
     ds3 = StreamingDataset(local=path, batch_size=8, shuffle=True)
     ds3.load_state_dict(end)
+    assert ds3.remaining_len() == 0 and list(ds3) == []
     assert ds3.next_epoch == 2
+    # the reference's own dict at the end of an epoch means the next epoch
+    ref = {k: v for k, v in end.items() if not k.startswith("astream")}
+    ds4 = StreamingDataset(local=path, batch_size=8, shuffle=True)
+    ds4.load_state_dict(ref)
+    assert ds4.next_epoch == 2 and ds4.remaining_len() == N
 
 
 def test_worker_state_cannot_be_loaded_outside_a_worker(local_dataset: Any) -> None:

@@ -87,13 +87,6 @@ def test_resharding_is_detected() -> None:
     assert list(IterableDatasetShard()) == ["accelerate.data_loader.IterableDatasetShard"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pending a dataset change (reported to the coordinator): StreamingDataset.__iter__ "
-    "on several ranks should raise astream.integrations.hf.resharding_error() when not None; "
-    "today a plain Trainer under torchrun covers 1,000 (dispatch) / 1,024 (no dispatch) of "
-    "2,000 distinct samples per epoch",
-)
 @pytest.mark.parametrize("dispatch", ["default", "false"])
 def test_plain_trainer_under_torchrun_is_refused(
     trainer_data: str, tmp_path: Any, dispatch: str

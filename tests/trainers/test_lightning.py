@@ -70,20 +70,10 @@ def test_len_is_the_full_epoch_before_and_after_restore(run: tuple[str, str]) ->
             }, (tag, r)
 
 
-_PENDING = pytest.mark.xfail(
-    strict=True,
-    reason="pending a StreamingDataLoader change (reported to the coordinator): Lightning "
-    "restores no loader state from an end-of-epoch checkpoint and only calls set_epoch on the "
-    "loader's (batch) sampler, which StreamingDataLoader does not provide yet",
-)
-
-
 POINTS = ["mid-epoch-0", "last-step-0", "epoch-end-0", "mid-epoch-1"]
 
 
-@pytest.mark.parametrize(
-    "point", [pytest.param(p, marks=_PENDING) if p == "epoch-end-0" else p for p in POINTS]
-)
+@pytest.mark.parametrize("point", POINTS)
 def test_resume_is_exact(run: tuple[str, str], point: str) -> None:
     name, out = run
     ranks, _, points = CONFIGS[name]

@@ -63,19 +63,7 @@ def test_reference_run_is_every_sample_once_per_epoch(trainer_data: str, workers
     assert ref[:STEPS] != ref[STEPS:]
 
 
-_PENDING = pytest.mark.xfail(
-    strict=True,
-    reason="pending a dataset change (reported to the coordinator): with num_workers=0 the "
-    "process's no-argument state at the end of an epoch loads as the start of the next epoch, "
-    "so the resumed iteration is not empty (in-loop) and torchdata's discarded restoring "
-    "iterator takes one more epoch (after-loop)",
-)
-_PENDING_CASES = {(0, "in-loop 125"), (0, "after-loop 125")}
-CASES = [
-    pytest.param(w, p, marks=_PENDING if (w, p) in _PENDING_CASES else ())
-    for w in (0, 2)
-    for p in POINTS
-]
+CASES = [pytest.param(w, p) for w in (0, 2) for p in POINTS]
 
 
 @pytest.mark.parametrize(("workers", "point"), CASES)
