@@ -306,6 +306,7 @@ class StreamingCore:
             }
         )
         self.cfg = cfg
+        resolved_streams: list[Any] = []
         self.stream_specs, sources, stores = yield from resolve_steps(
             streams,
             remote,
@@ -316,7 +317,9 @@ class StreamingCore:
             keep_zip=keep_zip,
             stream_name=kw["stream_name"],
             stream_config=kw["stream_config"],
+            streams_out=resolved_streams,
         )
+        self.streams: list[Any] = resolved_streams
         self.catalog = Catalog(sources)
         check_dataset(cfg, self.catalog, self.stream_specs, allow_unsafe_types)
         if cfg.validate_hash is not None:
@@ -386,6 +389,10 @@ class StreamingCore:
     def size(self) -> int:
         """The reference's name for :attr:`num_samples`."""
         return self.catalog.num_samples
+
+    @property
+    def num_streams(self) -> int:
+        return len(self.streams)
 
     @property
     def num_shards(self) -> int:

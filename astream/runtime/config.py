@@ -384,12 +384,15 @@ def resolve_steps(
     keep_zip: bool | None = None,
     stream_name: str = "stream",
     stream_config: dict[str, Any] | None = None,
+    streams_out: list[Any] | None = None,
 ) -> Generator[Coroutine[Any, Any, list[Index]], list[Index], Resolved]:
     """Resolve and load every stream (fetching and revalidating remote indexes).
 
     A generator, so that one definition serves the blocking and the async constructor: it
     yields the coroutine that loads the indexes once, is sent its result, and returns
     ``(specs, sources, stores)`` (drivers: :func:`resolve_sources`, :func:`aresolve_sources`).
+    ``streams_out`` receives the resolved ``Stream`` objects (the one that ``remote``/``local``
+    make too).
 
     Each ``Stream``'s own ``download_retry``/``download_timeout``/``validate_hash``/``keep_zip``
     override the dataset's for that stream (its :class:`StreamSource` and its store's retry
@@ -496,6 +499,8 @@ def resolve_steps(
         for idx, (p, rep, ch) in zip(indexes, weights)
     ]
     _resolve_streams(items, specs, sources, cfg)
+    if streams_out is not None:
+        streams_out.extend(items)
     return specs, sources, pool
 
 

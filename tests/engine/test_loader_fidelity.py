@@ -312,6 +312,9 @@ def test_introspection(local_dataset: Any) -> None:
     assert ds.size == ds.num_samples == N
     assert ds.num_shards == len(ds.shards) > 3
     assert ds.epoch_size == 500 and len(ds) == 500
+    # the stream remote/local make is there, resolved, as in the reference
+    assert ds.num_streams == len(ds.streams) == 1
+    assert ds.streams[0].local == path and ds.streams[0].choose == 500
     with pytest.raises(CacheError, match="local-only data"):
         ds.evict_shard(0)
     with pytest.raises(IndexError, match="shard_id 99 out of range"):
