@@ -126,6 +126,42 @@ class _Epochs:
         return int(a[_BASE]) + k, int(a[_START]) if k == 0 else 0
 
 
+class _Warmer:
+    """Computes the shuffle blocks an async iteration will read next, in a thread, before it
+    reads them: a block's permutation (up to 2**20 samples: ~40-80 ms of numpy) would
+    otherwise be computed on the caller's loop when the first sample of the block is due."""
+
+    def __init__(self, ds: StreamingCore, epoch: int, start: int) -> None:
+        self.plan = ds.plan(epoch)
+        self.ranks = detect(ds.cfg.replication).world.num_ranks
+        ncn = self.plan.num_canonical_nodes
+        self.width = ncn  # positions p..p+ncn-1 touch every canonical node once
+        self.step = max(1, self.plan.block_size * ncn)  # global positions per block, all nodes
+        self.ahead = ds.engine.ahead * self.ranks  # the engine plans that far ahead of us
+        self.pos = start
+        self.next_at = start
+        self.task: asyncio.Future[None] | None = None
+
+    def advance(self, n: int) -> None:
+        """The consumer took ``n`` more samples: warm, block by block, every block up to one
+        block past what the engine's lookahead may plan next."""
+        self.pos += n * self.ranks
+        if self.task is not None and not self.task.done():
+            return
+        target = min(self.pos + self.ahead + self.step, self.plan.num_samples - self.width)
+        if target >= self.next_at:
+            lo, self.next_at = self.next_at, target + 1
+            self.task = asyncio.ensure_future(asyncio.to_thread(self._warm, lo, target))
+
+    def _warm(self, lo: int, hi: int) -> None:
+        try:
+            for p in range(lo, hi + 1, self.step):
+                self.plan.global_ids(p, p + self.width)
+            self.plan.global_ids(hi, hi + self.width)
+        except Exception:  # only a cache warm-up: the reader computes what it needs anyway
+            pass
+
+
 def _bridge_run(coro: Any) -> Any:
     from astream.runtime import bridge
 
@@ -485,6 +521,13 @@ class StreamingCore:
             return epoch + 1, 0
         return epoch, start
 
+    def _plan_and_warm(self, epoch: int, start: int) -> None:
+        """The epoch's plan and the shuffle blocks of its first positions (see aiter)."""
+        plan = self.plan(epoch)
+        ncn = plan.num_canonical_nodes
+        if self.cfg.shuffle and start < plan.num_samples:
+            plan.global_ids(start, min(start + ncn, plan.num_samples))
+
     def _next_position(self) -> tuple[int, int]:
         """(epoch, start) the owner's next iteration runs."""
         epoch, start = self._epochs.owner_next()
@@ -628,7 +671,11 @@ class StreamingCore:
                 self.batch_size = batch_size
         if collate is not None and batch_size is None:
             raise ConfigError("collate needs batch_size: it is applied to each batch")
+        # planning an epoch is numpy work proportional to the shards (tens of ms on large
+        # datasets): done in a thread, the loop is free meanwhile
+        await asyncio.to_thread(self._plan_and_warm, *self._next_position())
         batches, progress = self._start_iteration()
+        warm = _Warmer(self, *self._current) if self.cfg.shuffle else None
         override = _overrides(self)
         ids: collections.deque[int] = collections.deque()
         if override:
@@ -639,6 +686,8 @@ class StreamingCore:
         buf: list[Any] = []
         try:
             async for out in source:
+                if warm is not None:
+                    warm.advance(len(out))
                 if override:
                     out = [self._through(ids.popleft(), x) for x in out]
                 elif transform is not None:

@@ -132,23 +132,29 @@ class SubPlan:
         self._lock = threading.Lock()
 
     def _block(self, c: int, b: int) -> NDArray[np.signedinteger]:
+        """Block ``b``'s permutation in node ``c`` (cached). The lock guards the cache only, not
+        the computation: a thread warming the next block never makes a reader of a cached
+        block wait (the asyncio path warms blocks ahead in a thread)."""
         with self._lock:
-            return self._block_locked(c, b)
-
-    def _block_locked(self, c: int, b: int) -> NDArray[np.signedinteger]:
-        hit = self._blocks.get((c, b))
-        if hit is not None:
-            self._blocks.move_to_end((c, b))
-            return hit
+            hit = self._blocks.get((c, b))
+            if hit is not None:
+                self._blocks.move_to_end((c, b))
+                return hit
         size = min(self.block_size, int(self.node_len(c)) - b * self.block_size)
         seed, epoch, sub = self._key
         perm = permutation(size, seed, PURPOSE_BLOCK, epoch, sub, c, b)
         small = perm.astype(np.int32) if size < 2**31 else perm
-        while self._blocks and self._cached + size > _CACHE_ELEMENTS and len(self._blocks) >= 2:
-            _, old = self._blocks.popitem(last=False)
-            self._cached -= len(old)
-        self._blocks[(c, b)] = small
-        self._cached += size
+        with self._lock:
+            hit = self._blocks.get((c, b))
+            if hit is not None:  # computed meanwhile by another thread: the same permutation
+                return hit
+            while (
+                self._blocks and self._cached + size > _CACHE_ELEMENTS and len(self._blocks) >= 2
+            ):
+                _, old = self._blocks.popitem(last=False)
+                self._cached -= len(old)
+            self._blocks[(c, b)] = small
+            self._cached += size
         return small
 
     def node_order(self, c: int, t: I64) -> I64:

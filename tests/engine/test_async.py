@@ -368,3 +368,40 @@ def test_async_writer_refuses_bad_arguments(tmp_path: Any) -> None:
 
     with pytest.raises(ConfigError, match="max_concurrency must be an int >= 1, got 0"):
         asyncio.run(main())
+
+
+def test_shuffle_blocks_are_computed_off_the_loop(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import astream.core.partition as partition
+    from astream.core.shuffle import PURPOSE_BLOCK
+
+    path = str(tmp_path / "blocks")
+    write_dataset(path, 100_000, size_limit=1 << 20)
+    where: list[bool] = []
+    real = partition.permutation
+
+    def spy(n: int, *key: int) -> Any:
+        if key[1] == PURPOSE_BLOCK:
+            where.append(threading.current_thread() is threading.main_thread())
+        return real(n, *key)
+
+    monkeypatch.setattr(partition, "permutation", spy)
+    kw: dict[str, Any] = {"batch_size": 16, "shuffle": True, "shuffle_block_size": 20_000}
+
+    async def main() -> list[int]:
+        ds = await AsyncStreamingDataset.open(local=path, **kw)
+        return [int(s["label"]) async for s in ds.aiter()]
+
+    got = asyncio.run(main())
+    assert sorted(got) == list(range(100_000))
+    on_loop = sum(where)
+    assert len(where) >= 5  # 5 blocks of 20,000 (a race may compute one twice)
+    # each block is computed in a thread well before the reader gets to it (a block takes
+    # ~1 ms to compute and ~20 ms or more to read); one late thread is allowed for a loaded
+    # machine. Without the warmer all 4 blocks after the first are computed on the loop.
+    assert on_loop <= 1, where
+    monkeypatch.undo()
+    assert got == labels(StreamingDataset(local=path, **kw))
