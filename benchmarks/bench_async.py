@@ -14,7 +14,8 @@ the longest gap between its wake-ups (``max_gap_ms``; 5 ms is the heartbeat's ow
   the same after ``gc.freeze()`` (Python's full collections, triggered by the epoch's
   allocations, otherwise scan every object of the process: ~100 ms each here);
 - ``random``: 200 ``aget`` of uncached samples from S3 behind 20 ms;
-- ``overlap``: an epoch from S3 behind 20 ms with a 12 ms step per batch of 32, blocking
+- ``overlap``: an epoch from S3 behind 20 ms and 8 MB/s (so that downloading the ~50 MB takes
+  about as long as the steps: only overlap hides it) with a 12 ms step per batch of 32, blocking
   (``time.sleep``) or awaited (``asyncio.sleep``), for ``aiter(io="thread")``,
   ``aiter(io="loop")`` and the synchronous path (``for s in StreamingDataset``,
   ``num_workers=0``); the figure is the epoch's wall time, ``ratio_to_sync`` = async / sync.
@@ -178,7 +179,9 @@ def main() -> None:
             FaultProxy(s3.url, latency=0.2).start(),
             FaultProxy(s3.url, latency=0.02).start(),
         )
+        narrow = FaultProxy(s3.url, latency=0.02, bandwidth=8e6).start()
         slow_opts, opts = {"endpoint_url": slow.url}, {"endpoint_url": fast.url}
+        narrow_opts = {"endpoint_url": narrow.url}
         runs: dict[str, list[Any]] = {}
 
         def add(name: str, value: Any) -> None:
@@ -195,18 +198,19 @@ def main() -> None:
             add("hot_gc_frozen", asyncio.run(m_epoch(None, hot, {}, "thread")))
             gc.unfreeze()
             add("random_20ms", asyncio.run(m_random(remote, opts, work, 200)))
-            sync_t = m_overlap_sync(remote, os.path.join(work, uuid.uuid4().hex), opts)
+            sync_t = m_overlap_sync(remote, os.path.join(work, uuid.uuid4().hex), narrow_opts)
             row: dict[str, float] = {"sync_blocking_s": sync_t}
             for io in ("thread", "loop"):
                 for awaited in (False, True):
                     local = os.path.join(work, uuid.uuid4().hex)
-                    took = asyncio.run(m_overlap_async(remote, local, opts, io, awaited))
+                    took = asyncio.run(m_overlap_async(remote, local, narrow_opts, io, awaited))
                     kind = "awaited" if awaited else "blocking"
                     row[f"{io}_{kind}_s"] = took
                     row[f"{io}_{kind}_ratio_to_sync"] = took / sync_t
-            add("overlap_20ms_12ms_step", row)
+            add("overlap_8MBps_20ms_12ms_step", row)
         slow.stop()
         fast.stop()
+        narrow.stop()
         results["runs"] = runs
         results["medians"] = {k: med(v) for k, v in runs.items()}
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
