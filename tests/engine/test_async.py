@@ -405,3 +405,23 @@ def test_shuffle_blocks_are_computed_off_the_loop(
     assert on_loop <= 1, where
     monkeypatch.undo()
     assert got == labels(StreamingDataset(local=path, **kw))
+
+
+def test_async_epoch_and_writer_under_uvloop(local_dataset: Any, tmp_path: Any) -> None:
+    uvloop = pytest.importorskip("uvloop")
+    path, _ = local_dataset
+    want = labels(StreamingDataset(local=path, batch_size=8, shuffle=True))
+
+    async def main() -> tuple[list[int], str, list[int]]:
+        ds = await AsyncStreamingDataset.open(local=path, batch_size=8, shuffle=True)
+        got = [int(s["label"]) async for s in ds.aiter()]
+        picks = [int(s["label"]) for s in await ds.aget_many([3, 1, 2])]
+        async with AsyncMDSWriter(out=str(tmp_path / "w"), columns=COLUMNS) as w:
+            for s in make_samples(10):
+                await w.write(s)
+        return got, type(asyncio.get_running_loop()).__module__, picks
+
+    got, loop_module, picks = uvloop.run(main())
+    assert loop_module.startswith("uvloop")
+    assert got == want and picks == [3, 1, 2]
+    assert len(StreamingDataset(local=str(tmp_path / "w"), batch_size=2)) == 10
