@@ -35,7 +35,7 @@ from astream.core.sizes import parse_size
 from astream.errors import ConfigError, OutputExistsError
 from astream.writer.sink import LocalSink, ShardSink
 
-__all__ = ["MDSWriter", "split_out", "write_atomic"]
+__all__ = ["MDSWriter", "ShardWriter", "split_out", "write_atomic"]
 
 SinkFactory = Callable[[str, str, bool], ShardSink]
 _KNOWN_KWARGS = {"retry"}
@@ -87,7 +87,156 @@ def _remote_sink(remote: str, local: str, keep_local: bool, extra: dict[str, Any
     return sink
 
 
-class MDSWriter:
+class ShardWriter:
+    """What every writer shares: ``out`` (local, remote or both), compression, hashes,
+    ``size_limit``, the sink, the shard list, ``finish``/context manager, and the progress bar.
+    A format defines ``_flush`` (build and hand over the pending shard) and ``get_config``."""
+
+    format = ""
+
+    def _open_output(
+        self,
+        *,
+        out: Any,
+        compression: str | None,
+        hashes: Sequence[str] | None,
+        size_limit: int | str | None,
+        keep_local: bool,
+        exist_ok: bool,
+        progress_bar: bool,
+        max_workers: int | None,
+        retry: Any,
+        sink_factory: SinkFactory | None,
+    ) -> None:
+        self.compression = _comp.validate_compression(compression or None)
+        if isinstance(hashes, str):
+            raise ConfigError(f"hashes must be a list of names, got the string {hashes!r}")
+        self.hashes = sorted({validate_hash(h) for h in hashes or []})
+        limit = None
+        if size_limit:
+            limit = parse_size(size_limit, "size_limit")
+            if limit < 0 or limit >= 1 << 32:
+                raise ConfigError(f"size_limit must be in 0..2**32-1 (u32 offsets), got {limit}")
+        self.size_limit = limit or None
+        if max_workers is not None and (
+            isinstance(max_workers, bool)
+            or not isinstance(max_workers, int)
+            or not 1 <= max_workers <= MAX_UPLOAD_WORKERS
+        ):
+            raise ConfigError(
+                f"max_workers (concurrent uploads) must be an int in "
+                f"1..{MAX_UPLOAD_WORKERS}, got {max_workers!r}"
+            )
+        if not isinstance(progress_bar, bool):
+            raise ConfigError(f"progress_bar must be True or False, got {progress_bar!r}")
+        self.keep_local = keep_local
+        local, remote = split_out(out)
+        self.remote = remote
+        self._own_tmp = local is None
+        self.local = local if local is not None else tempfile.mkdtemp(prefix="astream-writer-")
+        self._prepare_dir(self.local, exist_ok)
+        if remote is None:
+            self._sink: ShardSink = LocalSink()
+        elif sink_factory is not None:
+            self._sink = sink_factory(remote, self.local, keep_local)
+        else:
+            extra: dict[str, Any] = {}
+            if max_workers is not None:
+                extra["max_concurrency"] = max_workers
+            if retry is not None:
+                extra["retry"] = _retry_policy(retry)
+            self._sink = _remote_sink(remote, self.local, keep_local, extra)
+        self._shards: list[ShardEntry] = []
+        self._pending: list[bytes] = []
+        self._closed = False
+        self._bar: Any = None
+        if progress_bar:
+            from tqdm import tqdm
+
+            self._bar = tqdm(desc=f"{type(self).__name__} {out}", unit=" samples")
+
+    @staticmethod
+    def _prepare_dir(local: str, exist_ok: bool) -> None:
+        if os.path.isdir(local) and os.listdir(local):
+            if not exist_ok:
+                raise OutputExistsError(
+                    f"out: directory {local!r} is not empty; pass exist_ok=True to overwrite it"
+                )
+            shutil.rmtree(local)
+        elif os.path.exists(local) and not os.path.isdir(local):
+            raise ConfigError(f"out: {local!r} exists and is not a directory")
+        os.makedirs(local, exist_ok=True)
+
+    def get_config(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _flush(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def shards(self) -> list[ShardEntry]:
+        return list(self._shards)
+
+    def _hash(self, data: bytes, basename: str) -> FileInfo:
+        return FileInfo(basename, len(data), {a: hexdigest(a, data) for a in self.hashes})
+
+    def _flushed(self, samples: int) -> None:
+        """A shard of ``samples`` was handed to the sink: count it on the progress bar."""
+        if self._bar is not None:
+            self._bar.update(samples)
+            self._bar.set_postfix(shards=len(self._shards), refresh=False)
+
+    def finish(self) -> None:
+        """Flush the last shard, write index.json, and wait for the sink to ship everything."""
+        if self._closed:
+            return
+        try:
+            self._flush()
+            index_path = os.path.join(self.local, INDEX_BASENAME)
+            write_atomic(index_path, dump_index(Index(self._shards)))
+            self._sink.finish(index_path)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._bar is not None:
+                self._bar.close()
+            self._sink.close()
+        finally:
+            if self._own_tmp and not self.keep_local:
+                shutil.rmtree(self.local, ignore_errors=True)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.finish()
+        else:
+            self._close()
+
+
+def _retry_policy(retry: Any) -> Any:
+    """The reference's ``retry`` (an int: retries after the first try) as a RetryPolicy."""
+    from astream.storage.retry import RetryPolicy
+
+    if isinstance(retry, RetryPolicy):
+        return retry
+    if isinstance(retry, bool) or not isinstance(retry, int) or retry < 0:
+        raise ConfigError(f"retry must be an int >= 0 or a RetryPolicy, got {retry!r}")
+    return RetryPolicy(attempts=retry + 1)
+
+
+class MDSWriter(ShardWriter):
     """Write an MDS dataset. Parameters and semantics follow ``streaming.MDSWriter``.
 
     ``columns``: name -> encoding. ``out``: local dir, remote URL, or (local, remote).
@@ -118,40 +267,18 @@ class MDSWriter:
         if unknown:
             raise ConfigError(f"MDSWriter: unknown argument(s) {unknown}")
         self._encoder = SampleEncoder(columns)
-        self.compression = _comp.validate_compression(compression)
-        if isinstance(hashes, str):
-            raise ConfigError(f"hashes must be a list of names, got the string {hashes!r}")
-        self.hashes = sorted({validate_hash(h) for h in hashes or []})
-        limit = None
-        if size_limit:
-            limit = parse_size(size_limit, "size_limit")
-            if limit < 0 or limit >= 1 << 32:
-                raise ConfigError(f"size_limit must be in 0..2**32-1 (u32 offsets), got {limit}")
-        self.size_limit = limit or None
-        if max_workers is not None and (
-            isinstance(max_workers, bool)
-            or not isinstance(max_workers, int)
-            or not 1 <= max_workers <= MAX_UPLOAD_WORKERS
-        ):
-            raise ConfigError(
-                f"max_workers (concurrent uploads) must be an int in 1..{MAX_UPLOAD_WORKERS}, "
-                f"got {max_workers!r}"
-            )
-        self.keep_local = keep_local
-        local, remote = split_out(out)
-        self.remote = remote
-        self._own_tmp = local is None
-        self.local = local if local is not None else tempfile.mkdtemp(prefix="astream-writer-")
-        self._prepare_dir(self.local, exist_ok)
-        if remote is None:
-            self._sink: ShardSink = LocalSink()
-        elif sink_factory is not None:
-            self._sink = sink_factory(remote, self.local, keep_local)
-        else:
-            extra = {"progress_bar": progress_bar, **kwargs}
-            if max_workers is not None:
-                extra["max_concurrency"] = max_workers
-            self._sink = _remote_sink(remote, self.local, keep_local, extra)
+        self._open_output(
+            out=out,
+            compression=compression,
+            hashes=hashes,
+            size_limit=size_limit,
+            keep_local=keep_local,
+            exist_ok=exist_ok,
+            progress_bar=progress_bar,
+            max_workers=max_workers,
+            retry=kwargs.get("retry"),
+            sink_factory=sink_factory,
+        )
         config = {
             "column_encodings": self._encoder.encodings,
             "column_names": self._encoder.names,
@@ -164,22 +291,7 @@ class MDSWriter:
         }
         self._config = config
         self._config_json = json.dumps(config, sort_keys=True).encode("utf-8")
-        self._shards: list[ShardEntry] = []
-        self._pending: list[bytes] = []
         self._pending_size = 8 + len(self._config_json)
-        self._closed = False
-
-    @staticmethod
-    def _prepare_dir(local: str, exist_ok: bool) -> None:
-        if os.path.isdir(local) and os.listdir(local):
-            if not exist_ok:
-                raise OutputExistsError(
-                    f"out: directory {local!r} is not empty; pass exist_ok=True to overwrite it"
-                )
-            shutil.rmtree(local)
-        elif os.path.exists(local) and not os.path.isdir(local):
-            raise ConfigError(f"out: {local!r} exists and is not a directory")
-        os.makedirs(local, exist_ok=True)
 
     def get_config(self) -> dict[str, Any]:
         """The shard-writing configuration: what the reference's ``get_config`` returns, keys
@@ -195,10 +307,6 @@ class MDSWriter:
             "column_sizes": list(self._encoder.sizes),
         }
 
-    @property
-    def shards(self) -> list[ShardEntry]:
-        return list(self._shards)
-
     def write(self, sample: Mapping[str, Any]) -> None:
         """Encode one sample; may first flush the pending shard if this one would overflow it."""
         if self._closed:
@@ -211,9 +319,6 @@ class MDSWriter:
             self._flush()
         self._pending.append(data)
         self._pending_size += size
-
-    def _hash(self, data: bytes, basename: str) -> FileInfo:
-        return FileInfo(basename, len(data), {a: hexdigest(a, data) for a in self.hashes})
 
     def _flush(self) -> None:
         if not self._pending:
@@ -243,42 +348,8 @@ class MDSWriter:
                 size_limit=self.size_limit,
             )
         )
+        samples = len(self._pending)
         self._pending = []
         self._pending_size = 8 + len(self._config_json)
         self._sink.shard_done(path, name)
-
-    def finish(self) -> None:
-        """Flush the last shard, write index.json, and wait for the sink to ship everything."""
-        if self._closed:
-            return
-        try:
-            self._flush()
-            index_path = os.path.join(self.local, INDEX_BASENAME)
-            write_atomic(index_path, dump_index(Index(self._shards)))
-            self._sink.finish(index_path)
-        finally:
-            self._close()
-
-    def _close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._sink.close()
-        finally:
-            if self._own_tmp and not self.keep_local:
-                shutil.rmtree(self.local, ignore_errors=True)
-
-    def __enter__(self) -> MDSWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.finish()
-        else:
-            self._close()
+        self._flushed(samples)

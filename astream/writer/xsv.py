@@ -25,36 +25,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
-import tempfile
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 from astream.core import compression as _comp
-from astream.core.hashing import hexdigest, validate_hash
-from astream.core.index import INDEX_BASENAME, FileInfo, Index, ShardEntry, dump_index
-from astream.core.sizes import parse_size
+from astream.core.index import FileInfo, ShardEntry
 from astream.errors import ConfigError, UnsupportedEncodingError
-from astream.writer.mds import MDSWriter, SinkFactory, _remote_sink, split_out, write_atomic
-from astream.writer.sink import LocalSink, ShardSink
+from astream.writer.mds import ShardWriter, SinkFactory, write_atomic
 
 __all__ = ["CSVWriter", "JSONWriter", "SplitWriter", "TSVWriter", "XSVWriter"]
 
 _TYPES: dict[str, type] = {"str": str, "int": int, "float": float}
 _JSON_SPACE = frozenset(" \t\n\r")  # what json.loads skips after a value
-
-
-def _retry_policy(retry: Any) -> Any:
-    """The reference's ``retry`` (an int: retries after the first try) as a RetryPolicy."""
-    from astream.storage.retry import RetryPolicy
-
-    if isinstance(retry, RetryPolicy):
-        return retry
-    if isinstance(retry, bool) or not isinstance(retry, int) or retry < 0:
-        raise ConfigError(f"retry must be an int >= 0 or a RetryPolicy, got {retry!r}")
-    return RetryPolicy(attempts=retry + 1)
 
 
 def _columns(columns: Any, writer: str) -> dict[str, str]:
@@ -78,7 +61,7 @@ def _check_value(name: str, enc: str, value: Any) -> None:
         )
 
 
-class SplitWriter:
+class SplitWriter(ShardWriter):
     """What the four split-format writers share: output, sizing, files, index, sink.
 
     Parameters as in the reference: ``out`` (local dir, remote URL, or (local, remote)),
@@ -109,44 +92,22 @@ class SplitWriter:
         who = type(self).__name__
         if unknown:
             raise ConfigError(f"{who}: unknown argument(s) {sorted(unknown)}")
-        if progress_bar:
-            raise ConfigError(f"{who}: progress_bar=True is not supported (no progress bars)")
         if not isinstance(newline, str):
             raise ConfigError(f"{who}: newline must be a string, got {newline!r}")
         self.newline = newline
-        self.compression = _comp.validate_compression(compression or None)
-        if isinstance(hashes, str):
-            raise ConfigError(f"hashes must be a list of names, got the string {hashes!r}")
-        self.hashes = sorted({validate_hash(h) for h in hashes or []})
-        limit = None
-        if size_limit:
-            limit = parse_size(size_limit, "size_limit")
-            if limit < 0 or limit >= 1 << 32:
-                raise ConfigError(f"size_limit must be in 0..2**32-1 (u32 offsets), got {limit}")
-        self.size_limit = limit or None
-        self.keep_local = keep_local
-        local, remote = split_out(out)
-        self.remote = remote
-        self._own_tmp = local is None
-        self.local = local if local is not None else tempfile.mkdtemp(prefix="astream-writer-")
-        MDSWriter._prepare_dir(self.local, exist_ok)
-        if remote is None:
-            self._sink: ShardSink = LocalSink()
-        elif sink_factory is not None:
-            self._sink = sink_factory(remote, self.local, keep_local)
-        else:
-            extra: dict[str, Any] = {}
-            if max_workers is not None:
-                if isinstance(max_workers, bool) or not isinstance(max_workers, int):
-                    raise ConfigError(f"max_workers must be an int >= 1, got {max_workers!r}")
-                extra["max_concurrency"] = max_workers
-            if retry is not None:
-                extra["retry"] = _retry_policy(retry)
-            self._sink = _remote_sink(remote, self.local, keep_local, extra)
-        self._shards: list[ShardEntry] = []
-        self._pending: list[bytes] = []
+        self._open_output(
+            out=out,
+            compression=compression,
+            hashes=hashes,
+            size_limit=size_limit,
+            keep_local=keep_local,
+            exist_ok=exist_ok,
+            progress_bar=progress_bar,
+            max_workers=max_workers,
+            retry=retry,
+            sink_factory=sink_factory,
+        )
         self._pending_size = 0
-        self._closed = False
 
     # -- what each format defines ---------------------------------------------------------------
     def encode_sample(self, sample: Mapping[str, Any]) -> bytes:
@@ -169,9 +130,6 @@ class SplitWriter:
         raise NotImplementedError
 
     # -- writing --------------------------------------------------------------------------------
-    @property
-    def shards(self) -> list[ShardEntry]:
-        return list(self._shards)
 
     def write(self, sample: Mapping[str, Any]) -> None:
         """Encode one sample; may first flush the pending shard if this one would overflow it."""
@@ -186,9 +144,6 @@ class SplitWriter:
             self._flush()
         self._pending.append(data)
         self._pending_size += len(data)
-
-    def _hash(self, data: bytes, basename: str) -> FileInfo:
-        return FileInfo(basename, len(data), {a: hexdigest(a, data) for a in self.hashes})
 
     def _put(self, raw: bytes, raw_name: str) -> tuple[FileInfo, FileInfo | None, str, str]:
         raw_info = self._hash(raw, raw_name)
@@ -236,42 +191,7 @@ class SplitWriter:
         self._pending_size = 0
         self._sink.shard_done(data_path, data_name)
         self._sink.shard_done(meta_path, meta_name)
-
-    def finish(self) -> None:
-        """Flush the last shard, write index.json, and wait for the sink to ship everything."""
-        if self._closed:
-            return
-        try:
-            self._flush()
-            index_path = os.path.join(self.local, INDEX_BASENAME)
-            write_atomic(index_path, dump_index(Index(self._shards)))
-            self._sink.finish(index_path)
-        finally:
-            self._close()
-
-    def _close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._sink.close()
-        finally:
-            if self._own_tmp and not self.keep_local:
-                shutil.rmtree(self.local, ignore_errors=True)
-
-    def __enter__(self) -> SplitWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.finish()
-        else:
-            self._close()
+        self._flushed(n)
 
 
 class JSONWriter(SplitWriter):

@@ -151,8 +151,8 @@ def test_a_shard_may_reach_the_limit_exactly(tmp_path: Path) -> None:
          "CSVWriter: separator is always ','"),
         (lambda o: CSVWriter(out=o, columns={"a": "int"}, bogus=1), ConfigError,
          r"CSVWriter: unknown argument\(s\) \['bogus'\]"),
-        (lambda o: JSONWriter(out=o, columns={"a": "int"}, progress_bar=True), ConfigError,
-         "progress_bar=True is not supported"),
+        (lambda o: JSONWriter(out=o, columns={"a": "int"}, progress_bar=1), ConfigError,
+         "progress_bar must be True or False, got 1"),
         (lambda o: JSONWriter(out=o, columns={"a": "int"}, compression="lzma"), ConfigError,
          "lzma"),
         (lambda o: CSVWriter(out=o, columns={"a": "int"}, size_limit=1 << 32), ConfigError,
@@ -269,5 +269,23 @@ def test_remote_out_to_s3_emulator(s3_bucket: str, tmp_path: Path) -> None:
 def test_bad_remote_arguments(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="retry must be an int >= 0"):
         JSONWriter(out="s3://b/x", columns={"a": "int"}, retry=-1)
-    with pytest.raises(ConfigError, match="max_workers must be an int >= 1"):
+    with pytest.raises(
+        ConfigError, match=r"max_workers \(concurrent uploads\) must be an int in 1..256"
+    ):
         JSONWriter(out="s3://b/x", columns={"a": "int"}, max_workers="4")
+
+
+def test_progress_bar_counts_samples_and_shards(tmp_path: Any, capsys: Any) -> None:
+    from astream import MDSWriter
+
+    for cls, kw in (
+        (JSONWriter, {"columns": {"a": "int"}}),
+        (MDSWriter, {"columns": {"a": "int"}}),
+    ):
+        out = str(tmp_path / cls.__name__)
+        with cls(out=out, size_limit=200, progress_bar=True, **kw) as w:  # type: ignore[operator]
+            for i in range(100):
+                w.write({"a": i})
+        err = capsys.readouterr().err
+        assert f"{cls.__name__} {out}" in err and "100 samples" in err, err
+        assert f"shards={len(w.shards)}" in err and len(w.shards) > 3
