@@ -18,12 +18,12 @@ stub) and records:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
+
+import peer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "core", "compat_golden.json")
@@ -98,23 +98,6 @@ WEIGHTINGS = {
 WEIGHT_SIZES = (20, 30)
 
 
-def _outer(peer_python: str) -> int:
-    import gen_golden
-
-    with tempfile.TemporaryDirectory() as stub:
-        for rel, text in gen_golden._STUBS.items():
-            path = os.path.join(stub, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
-                f.write(text)
-        env = dict(
-            os.environ,
-            PYTHONPATH=os.pathsep.join([stub, os.path.join(ROOT, "tests", "core")]),
-            PYTHONHASHSEED="0",  # the reference prints sets in its messages
-        )
-        return subprocess.call([peer_python, os.path.abspath(__file__), "--inner"], env=env)
-
-
 def _parse(fn, text):
     try:
         return {"value": fn(text)}
@@ -172,18 +155,13 @@ def _inner() -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument(
-        "--peer-python",
-        default=os.environ.get("ASTREAM_PEER_PYTHON", "/work/peervenv/bin/python"),
-        help="python of a venv with mosaicml-streaming==0.13.0",
+    return peer.main(
+        __file__,
+        __doc__,
+        _inner,
+        pythonpath=[os.path.join(ROOT, "tests", "core")],
+        env={"PYTHONHASHSEED": "0"},  # the reference prints sets in its messages
     )
-    args = ap.parse_args()
-    if args.inner:
-        _inner()
-        return 0
-    return _outer(args.peer_python)
 
 
 if __name__ == "__main__":

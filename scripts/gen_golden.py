@@ -12,37 +12,21 @@ tests/golden/golden_samples.py, which the tests import too.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 from typing import Any
+
+import peer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
 OUT = os.path.join(GOLDEN, "data")
 
-_STUBS = {
-    "torchvision/__init__.py": "",
-    "torchvision/datasets/__init__.py": "class VisionDataset: ...\n\n\nclass CIFAR10: ...\n",
-    "torchvision/transforms/__init__.py": "",
-    "torchvision/transforms/functional.py": "def to_tensor(x):\n    return x\n",
-}
-
 
 def _outer(peer_python: str, only: list[str]) -> int:
-    with tempfile.TemporaryDirectory() as stub:
-        for rel, text in _STUBS.items():
-            path = os.path.join(stub, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
-                f.write(text)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([stub, GOLDEN]))
-        argv = [peer_python, os.path.abspath(__file__), "--inner"]
-        argv += [a for name in only for a in ("--only", name)]
-        return subprocess.call(argv, env=env)
+    args = [a for name in only for a in ("--only", name)]
+    return peer.reexec(peer_python, __file__, pythonpath=[GOLDEN], args=args)
 
 
 def _inner(only: list[str]) -> None:
@@ -89,13 +73,7 @@ def _write_specs(gs: Any, writers: dict[str, Any], names: list[str]) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument(
-        "--peer-python",
-        default=os.environ.get("ASTREAM_PEER_PYTHON", "/work/peervenv/bin/python"),
-        help="python of a venv with mosaicml-streaming==0.13.0",
-    )
+    ap = peer.parser(__doc__)
     ap.add_argument(
         "--only",
         action="append",

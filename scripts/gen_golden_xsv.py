@@ -11,12 +11,12 @@ come from tests/golden/split_specs.py, which the tests import too. gen_golden.py
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
+
+import peer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
@@ -64,28 +64,7 @@ def write_all() -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument(
-        "--peer-python",
-        default=os.environ.get("ASTREAM_PEER_PYTHON", "/work/peervenv/bin/python"),
-        help="python of a venv with mosaicml-streaming==0.13.0",
-    )
-    args = ap.parse_args()
-    if args.inner:
-        write_all()
-        return 0
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from gen_golden import _STUBS
-
-    with tempfile.TemporaryDirectory() as stub:
-        for rel, text in _STUBS.items():
-            path = os.path.join(stub, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
-                f.write(text)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([stub, GOLDEN]))
-        return subprocess.call([args.peer_python, os.path.abspath(__file__), "--inner"], env=env)
+    return peer.main(__file__, __doc__, write_all, pythonpath=[GOLDEN])
 
 
 if __name__ == "__main__":

@@ -20,23 +20,15 @@ Like scripts/gen_golden.py, it re-executes itself under the peer venv's python w
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 from types import SimpleNamespace
+
+import peer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "order", "golden")
-
-_STUBS = {
-    "torchvision/__init__.py": "",
-    "torchvision/datasets/__init__.py": "class VisionDataset: ...\n\n\nclass CIFAR10: ...\n",
-    "torchvision/transforms/__init__.py": "",
-    "torchvision/transforms/functional.py": "def to_tensor(x):\n    return x\n",
-}
 
 # (num_samples, ncn, num_nodes, ranks_per_node, workers_per_rank, batch_size, drop_first)
 # ncn divides num_samples (else the reference also repeats samples of its shorter canonical
@@ -84,17 +76,6 @@ INDEX_ORDER_CASES = [
     ([30, 30, 30], 40, 4),
     ([8, 0, 6], 5, 1),
 ]
-
-
-def _outer(peer_python: str) -> int:
-    with tempfile.TemporaryDirectory() as stub:
-        for rel, text in _STUBS.items():
-            path = os.path.join(stub, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
-                f.write(text)
-        env = dict(os.environ, PYTHONPATH=stub)
-        return subprocess.call([peer_python, os.path.abspath(__file__), "--inner"], env=env)
 
 
 def _rank_batches(parts, node: int, local: int) -> list[list[int]]:
@@ -236,14 +217,7 @@ def _inner() -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--peer-python", default="/work/peervenv/bin/python")
-    ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.inner:
-        _inner()
-        return 0
-    return _outer(args.peer_python)
+    return peer.main(__file__, __doc__, _inner)
 
 
 if __name__ == "__main__":
