@@ -23,8 +23,6 @@ import os
 import sys
 import tempfile
 
-import peer
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "core", "compat_golden.json")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -154,8 +152,17 @@ def _inner() -> None:
     print(f"wrote {OUT}")
 
 
+def _peer():  # type: ignore[no-untyped-def]
+    """scripts/peer.py, imported when the script runs (this module is also imported by tests
+    as ``scripts.<name>`` for its case tables, without scripts/ on sys.path)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import peer
+
+    return peer
+
+
 def main() -> int:
-    return peer.main(
+    return _peer().main(
         __file__,
         __doc__,
         _inner,

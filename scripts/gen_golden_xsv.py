@@ -16,8 +16,6 @@ import shutil
 import sys
 import tempfile
 
-import peer
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
 OUT = os.path.join(GOLDEN, "data", "split")
@@ -63,8 +61,17 @@ def write_all() -> None:
     print(f"total {total} bytes under {OUT}")
 
 
+def _peer():  # type: ignore[no-untyped-def]
+    """scripts/peer.py, imported when the script runs (this module is also imported by tests
+    as ``scripts.<name>`` for its case tables, without scripts/ on sys.path)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import peer
+
+    return peer
+
+
 def main() -> int:
-    return peer.main(__file__, __doc__, write_all, pythonpath=[GOLDEN])
+    return _peer().main(__file__, __doc__, write_all, pythonpath=[GOLDEN])
 
 
 if __name__ == "__main__":

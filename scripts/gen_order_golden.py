@@ -25,8 +25,6 @@ import os
 import sys
 from types import SimpleNamespace
 
-import peer
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "order", "golden")
 
@@ -216,8 +214,17 @@ def _inner() -> None:
             f.write("\n")
 
 
+def _peer():  # type: ignore[no-untyped-def]
+    """scripts/peer.py, imported when the script runs (this module is also imported by tests
+    as ``scripts.<name>`` for its case tables, without scripts/ on sys.path)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import peer
+
+    return peer
+
+
 def main() -> int:
-    return peer.main(__file__, __doc__, _inner)
+    return _peer().main(__file__, __doc__, _inner)
 
 
 if __name__ == "__main__":
