@@ -18,6 +18,11 @@ stub) and records:
 
 from __future__ import annotations
 
+try:
+    import peer  # run as a script: scripts/ is sys.path[0]
+except ImportError:  # imported by the tests as scripts.<name>, for its case tables
+    from scripts import peer
+
 import json
 import os
 import sys
@@ -152,17 +157,8 @@ def _inner() -> None:
     print(f"wrote {OUT}")
 
 
-def _peer():  # type: ignore[no-untyped-def]
-    """scripts/peer.py, imported when the script runs (this module is also imported by tests
-    as ``scripts.<name>`` for its case tables, without scripts/ on sys.path)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import peer
-
-    return peer
-
-
 def main() -> int:
-    return _peer().main(
+    return peer.main(
         __file__,
         __doc__,
         _inner,

@@ -12,6 +12,11 @@ tests/golden/golden_samples.py, which the tests import too.
 
 from __future__ import annotations
 
+try:
+    import peer  # run as a script: scripts/ is sys.path[0]
+except ImportError:  # imported by the tests as scripts.<name>, for its case tables
+    from scripts import peer
+
 import os
 import shutil
 import sys
@@ -24,7 +29,6 @@ OUT = os.path.join(GOLDEN, "data")
 
 def _outer(peer_python: str, only: list[str]) -> int:
     args = [a for name in only for a in ("--only", name)]
-    peer = _peer()
     return peer.reexec(peer_python, __file__, pythonpath=[GOLDEN], args=args)
 
 
@@ -71,17 +75,7 @@ def _write_specs(gs: Any, writers: dict[str, Any], names: list[str]) -> None:
         print(f"wrote {name}: {sorted(os.listdir(out))}")
 
 
-def _peer():  # type: ignore[no-untyped-def]
-    """scripts/peer.py, imported when the script runs (this module is also imported by tests
-    as ``scripts.<name>`` for its case tables, without scripts/ on sys.path)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import peer
-
-    return peer
-
-
 def main() -> int:
-    peer = _peer()
     ap = peer.parser(__doc__)
     ap.add_argument(
         "--only",

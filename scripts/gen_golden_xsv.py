@@ -11,6 +11,11 @@ come from tests/golden/split_specs.py, which the tests import too. gen_golden.py
 
 from __future__ import annotations
 
+try:
+    import peer  # run as a script: scripts/ is sys.path[0]
+except ImportError:  # imported by the tests as scripts.<name>, for its case tables
+    from scripts import peer
+
 import os
 import shutil
 import sys
@@ -61,17 +66,8 @@ def write_all() -> None:
     print(f"total {total} bytes under {OUT}")
 
 
-def _peer():  # type: ignore[no-untyped-def]
-    """scripts/peer.py, imported when the script runs (this module is also imported by tests
-    as ``scripts.<name>`` for its case tables, without scripts/ on sys.path)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import peer
-
-    return peer
-
-
 def main() -> int:
-    return _peer().main(__file__, __doc__, write_all, pythonpath=[GOLDEN])
+    return peer.main(__file__, __doc__, write_all, pythonpath=[GOLDEN])
 
 
 if __name__ == "__main__":

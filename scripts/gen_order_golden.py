@@ -20,6 +20,11 @@ Like scripts/gen_golden.py, it re-executes itself under the peer venv's python w
 
 from __future__ import annotations
 
+try:
+    import peer  # run as a script: scripts/ is sys.path[0]
+except ImportError:  # imported by the tests as scripts.<name>, for its case tables
+    from scripts import peer
+
 import json
 import os
 import sys
@@ -214,17 +219,8 @@ def _inner() -> None:
             f.write("\n")
 
 
-def _peer():  # type: ignore[no-untyped-def]
-    """scripts/peer.py, imported when the script runs (this module is also imported by tests
-    as ``scripts.<name>`` for its case tables, without scripts/ on sys.path)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import peer
-
-    return peer
-
-
 def main() -> int:
-    return _peer().main(__file__, __doc__, _inner)
+    return peer.main(__file__, __doc__, _inner)
 
 
 if __name__ == "__main__":

@@ -511,16 +511,8 @@ def _resolve_streams(
     reference's ``Stream.apply_weights``/``apply_default`` do: ``proportion`` (float, share of
     the epoch; the normalised given proportions when relative), ``repeat`` (float, chosen /
     stream samples), ``choose`` (int, samples per epoch)."""
-    from astream.core.mixing import choose_per_stream
 
-    sizes = [int(s.shard_sizes.sum()) for s in specs]
-    chosen = choose_per_stream(
-        sizes,
-        [s.proportion for s in specs],
-        [s.repeat for s in specs],
-        [s.choose for s in specs],
-        cfg.epoch_size,
-    )
+    sizes, chosen = _chosen(specs, cfg)
     total = int(chosen.sum())
     if specs[0].proportion is not None:
         props = np.array([s.proportion for s in specs], np.float64)
@@ -547,6 +539,21 @@ def _resolve_streams(
                 pass  # a read-only attribute of a user's stream class
 
 
+def _chosen(specs: list[StreamSpec], cfg: DatasetConfig) -> tuple[list[int], Any]:
+    """Samples per stream, and how many of them one epoch chooses."""
+    from astream.core.mixing import choose_per_stream
+
+    sizes = [int(s.shard_sizes.sum()) for s in specs]
+    chosen = choose_per_stream(
+        sizes,
+        [s.proportion for s in specs],
+        [s.repeat for s in specs],
+        [s.choose for s in specs],
+        cfg.epoch_size,
+    )
+    return sizes, chosen
+
+
 def check_dataset(
     cfg: DatasetConfig,
     catalog: Any,
@@ -559,7 +566,6 @@ def check_dataset(
     choose no sample, a plan too large to hold (``MAX_PLAN_PIECES``), and everything the epoch
     plan and its dealing to this World refuse (canonical nodes vs nodes, strata vs batch...)."""
     from astream.core.encodings import UNSAFE_ENCODINGS
-    from astream.core.mixing import choose_per_stream
 
     if not isinstance(allow_unsafe_types, (bool, np.bool_)):
         raise ConfigError(f"allow_unsafe_types must be True or False, got {allow_unsafe_types!r}")
@@ -583,14 +589,7 @@ def check_dataset(
                     f"hashes {sorted(entry.hashes)}; choose one of those",
                     src.remote or src.local,
                 )
-    sizes = [int(s.shard_sizes.sum()) for s in specs]
-    chosen = choose_per_stream(
-        sizes,
-        [s.proportion for s in specs],
-        [s.repeat for s in specs],
-        [s.choose for s in specs],
-        cfg.epoch_size,
-    )
+    sizes, chosen = _chosen(specs, cfg)
     if int(chosen.sum()) == 0:
         raise EmptyDatasetError(
             f"the stream weights choose no sample at all per epoch (per stream: "

@@ -180,6 +180,20 @@ class ShardWriter:
     def _hash(self, data: bytes, basename: str) -> FileInfo:
         return FileInfo(basename, len(data), {a: hexdigest(a, data) for a in self.hashes})
 
+    def _put(self, raw: bytes, raw_name: str) -> tuple[FileInfo, FileInfo | None, str, str]:
+        """Hash ``raw``, compress and hash again if compressing, and write the file that belongs
+        in storage atomically; (raw info, compressed info, its path, its name)."""
+        raw_info = self._hash(raw, raw_name)
+        zip_info = None
+        data, name = raw, raw_name
+        if self.compression is not None:
+            name = f"{raw_name}.{_comp.extension(self.compression)}"
+            data = _comp.compress(self.compression, raw)
+            zip_info = self._hash(data, name)
+        path = os.path.join(self.local, name)
+        write_atomic(path, data)
+        return raw_info, zip_info, path, name
+
     def _flushed(self, samples: int) -> None:
         """A shard of ``samples`` was handed to the sink: count it on the progress bar."""
         if self._bar is not None:
@@ -325,15 +339,7 @@ class MDSWriter(ShardWriter):
             return
         raw_name = f"shard.{len(self._shards):05d}.mds"
         raw = build_shard(self._pending, self._config_json)
-        raw_info = self._hash(raw, raw_name)
-        zip_info = None
-        data, name = raw, raw_name
-        if self.compression is not None:
-            name = f"{raw_name}.{_comp.extension(self.compression)}"
-            data = _comp.compress(self.compression, raw)
-            zip_info = self._hash(data, name)
-        path = os.path.join(self.local, name)
-        write_atomic(path, data)
+        raw_info, zip_info, path, name = self._put(raw, raw_name)
         self._shards.append(
             ShardEntry(
                 format=self.format,

@@ -24,15 +24,13 @@ value holding the separator or the newline is refused (the reference asserts), a
 from __future__ import annotations
 
 import json
-import os
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from astream.core import compression as _comp
-from astream.core.index import FileInfo, ShardEntry
+from astream.core.index import ShardEntry
 from astream.errors import ConfigError, UnsupportedEncodingError
-from astream.writer.mds import ShardWriter, SinkFactory, write_atomic
+from astream.writer.mds import ShardWriter, SinkFactory
 
 __all__ = ["CSVWriter", "JSONWriter", "SplitWriter", "TSVWriter", "XSVWriter"]
 
@@ -144,18 +142,6 @@ class SplitWriter(ShardWriter):
             self._flush()
         self._pending.append(data)
         self._pending_size += len(data)
-
-    def _put(self, raw: bytes, raw_name: str) -> tuple[FileInfo, FileInfo | None, str, str]:
-        raw_info = self._hash(raw, raw_name)
-        zip_info = None
-        data, name = raw, raw_name
-        if self.compression is not None:
-            name = f"{raw_name}.{_comp.extension(self.compression)}"
-            data = _comp.compress(self.compression, raw)
-            zip_info = self._hash(data, name)
-        path = os.path.join(self.local, name)
-        write_atomic(path, data)
-        return raw_info, zip_info, path, name
 
     def _flush(self) -> None:
         if not self._pending:
