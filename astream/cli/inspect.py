@@ -123,7 +123,8 @@ def _get_sample(url: str, i: int, num: int, unsafe: bool) -> dict[str, Any]:
     tmp = tempfile.mkdtemp(prefix="astream-inspect-")
     try:
         ds = StreamingCore(remote=url, local=tmp, batch_size=1, allow_unsafe_types=unsafe)
-        return ds.get_item(i)
+        sample: dict[str, Any] = ds.get_item(i)
+        return sample
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

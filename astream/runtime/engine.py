@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
 import numpy as np
@@ -171,7 +171,7 @@ class Engine:
 
     async def aiter_batches(
         self, batches: Batches, *, io: str = "thread", slice_s: float = 0.002
-    ) -> AsyncIterator[list[Any]]:
+    ) -> AsyncGenerator[list[Any], None]:
         """Decoded planned batches, in order, for a consumer on the caller's event loop.
 
         The loop is given back (``await asyncio.sleep(0)``) after every batch and, while a

@@ -90,7 +90,7 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
         self.num_samples_yielded = 0
         self._start = 0
         if self.batch_sampler is not None:
-            self.batch_sampler.sampler = _EpochSampler(self)
+            self.batch_sampler.sampler = _EpochSampler(self)  # type: ignore[attr-defined]
 
     def set_epoch(self, epoch: int) -> None:
         """Run ``epoch`` next, unless it is the epoch the next iteration already runs (perhaps
