@@ -662,7 +662,8 @@ class StreamingCore:
         planned batch and whenever about 2 ms have passed since astream last gave it back.
         ``io``: where downloads run (see :meth:`astream.runtime.engine.Engine.aiter_batches`):
         ``"thread"`` (default; astream's I/O thread, so they go on while a synchronous step
-        blocks the loop) or ``"loop"`` (the caller's loop, no thread).
+        blocks the loop) or ``"loop"`` (the caller's loop, no astream I/O thread). Planning and
+        the shuffle blocks are computed in the loop's default executor either way.
         """
         if batch_size is not None:
             if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -671,6 +672,8 @@ class StreamingCore:
                 self.batch_size = batch_size
         if collate is not None and batch_size is None:
             raise ConfigError("collate needs batch_size: it is applied to each batch")
+        if io not in ("thread", "loop"):  # before the epoch is taken
+            raise ConfigError(f"io must be 'thread' or 'loop', got {io!r}")
         # planning an epoch is numpy work proportional to the shards (tens of ms on large
         # datasets): done in a thread, the loop is free meanwhile
         await asyncio.to_thread(self._plan_and_warm, *self._next_position())

@@ -230,6 +230,7 @@ def test_aiter_arguments_are_checked(local_dataset: Any) -> None:
         asyncio.run(first(collate=list))
     with pytest.raises(ConfigError, match="io must be 'thread' or 'loop', got 'fast'"):
         asyncio.run(first(io="fast"))
+    assert ds.next_epoch == 0  # refused arguments take no epoch
 
 
 def test_async_checkpoint_resumes_exactly(local_dataset: Any) -> None:
