@@ -63,6 +63,8 @@ def train(a: argparse.Namespace, tag: str, resume: str | None, save: set[int]) -
         num_train_epochs=2,
         learning_rate=0.05,
         dataloader_num_workers=a.workers,
+        # forked fresh each epoch on several ranks, see tests/trainers/test_lightning.py
+        dataloader_persistent_workers="WORLD_SIZE" in os.environ and a.workers > 0,
         save_strategy="no",
         logging_strategy="no",
         report_to="none",

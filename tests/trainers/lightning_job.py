@@ -25,16 +25,18 @@ from astream import StreamingDataLoader, StreamingDataset
 
 
 class Model(pl.LightningModule):
-    def __init__(self, data: str, workers: int, log_path: str) -> None:
+    def __init__(self, data: str, workers: int, log_path: str, persistent: bool = False) -> None:
         super().__init__()
-        self.data, self.workers = data, workers
+        self.data, self.workers, self.persistent = data, workers, persistent
         self.net = torch.nn.Linear(4, 2)
         self.log_file = open(log_path, "w")  # noqa: SIM115 - closed in on_fit_end
         self.loader: StreamingDataLoader | None = None
 
     def train_dataloader(self) -> StreamingDataLoader:
         ds = StreamingDataset(local=self.data, batch_size=16, shuffle=True)
-        self.loader = StreamingDataLoader(ds, batch_size=16, num_workers=self.workers)
+        self.loader = StreamingDataLoader(
+            ds, batch_size=16, num_workers=self.workers, persistent_workers=self.persistent
+        )
         return self.loader
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
@@ -83,7 +85,7 @@ class Meta(pl.Callback):
 
 def fit(a: argparse.Namespace, tag: str, ckpt: str | None, saver: Saver | None) -> None:
     rank = int(os.environ.get("RANK", "0"))
-    model = Model(a.data, a.workers, os.path.join(a.out, f"{tag}.rank{rank}.jsonl"))
+    model = Model(a.data, a.workers, os.path.join(a.out, f"{tag}.rank{rank}.jsonl"), a.persistent)
     callbacks: list[pl.Callback] = [Meta(os.path.join(a.out, f"{tag}.rank{rank}.meta.json"))]
     if saver is not None:
         callbacks.append(saver)
@@ -108,6 +110,7 @@ def main() -> None:
     p.add_argument("--data", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--persistent", action="store_true", help="persistent_workers=True")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--save-steps", default="")
     p.add_argument("--save-epochs", default="")

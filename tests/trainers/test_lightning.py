@@ -39,8 +39,13 @@ def run(request: Any, trainer_data: str, tmp_path_factory: Any) -> tuple[str, st
     name = request.param
     ranks, _, points = CONFIGS[name]
     out = str(tmp_path_factory.mktemp(f"lightning-{name}"))
-    run_job("lightning_job.py", ["--data", trainer_data, "--out", out, *_args(points)],
-            nproc=ranks, timeout=400)  # fmt: skip
+    # Under DDP the workers are persistent: forking fresh workers every epoch while the last
+    # epoch's queue feeder threads exit can deadlock the child inside os.fork() on CPython
+    # 3.11 (seen once here: a worker stuck in PyOS_AfterFork_Child); the single-process run
+    # keeps the default fresh workers.
+    persistent = ["--persistent"] if ranks > 1 else []
+    run_job("lightning_job.py", ["--data", trainer_data, "--out", out, *_args(points),
+                                 *persistent], nproc=ranks, timeout=400)  # fmt: skip
     return name, out
 
 
