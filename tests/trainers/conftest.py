@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from typing import Any
@@ -57,9 +58,20 @@ def run_job(script: str, args: list[str], *, nproc: int = 1, timeout: float = 24
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={nproc}", path, *args]  # fmt: skip
-    r = subprocess.run(cmd, env=env(), timeout=timeout, capture_output=True, text=True)
-    tail = f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
-    assert r.returncode == 0, f"{script} exited {r.returncode}:\n{tail}"
+    # its own session, so that a timeout (ours or pytest's) kills every rank and DataLoader
+    # worker of the job, never leaving a hung torchrun tree behind
+    proc = subprocess.Popen(
+        cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=min(timeout, 280))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    tail = f"{out[-3000:]}\n{err[-6000:]}"
+    assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{tail}"
 
 
 def read_log(path: str) -> list[Any]:
