@@ -409,7 +409,8 @@ def test_shuffle_blocks_are_computed_off_the_loop(
 
 
 def test_async_epoch_and_writer_under_uvloop(local_dataset: Any, tmp_path: Any) -> None:
-    uvloop = pytest.importorskip("uvloop")
+    import uvloop  # in the test extra: a missing install fails, never skips
+
     path, _ = local_dataset
     want = labels(StreamingDataset(local=path, batch_size=8, shuffle=True))
 

@@ -16,10 +16,9 @@ import os
 from typing import Any
 
 import pytest
+import pytorch_lightning  # noqa: F401  (the [trainers] extra: a missing install fails, never skips)
 
 from .conftest import NUM_SAMPLES, read_log, run_job
-
-pytest.importorskip("pytorch_lightning", reason="the [trainers] extra is not installed")
 
 # (ranks, steps per rank per epoch, checkpoint name -> steps the uninterrupted run had done)
 CONFIGS = {

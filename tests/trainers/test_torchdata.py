@@ -10,12 +10,11 @@ import copy
 from typing import Any
 
 import pytest
+import torchdata.stateful_dataloader as tdn  # the [trainers] extra: scripts/setup.sh installs it
 
 from astream import StreamingDataset
 
 from .conftest import NUM_SAMPLES
-
-tdn = pytest.importorskip("torchdata.stateful_dataloader", reason="[trainers] extra not installed")
 
 STEPS = 125  # 2,000 samples in batches of 16
 
