@@ -73,22 +73,16 @@ class SplitDecoder:
             (name, _PARSE[enc]) for name, enc in zip(entry.column_names, entry.column_encodings)
         ]
 
-    def decode(self, buf: Any) -> dict[str, Any]:
+    def decode(self, buf: Any, i: int | None = None) -> dict[str, Any]:
+        """One sample's columns; a malformed line is a ``FormatError`` naming the file (and
+        sample ``i`` of the shard, when given)."""
         reason = ""
         try:
             return self._decode(buf)
         except ValueError as exc:
             reason = str(exc)
-        raise FormatError(f"cannot decode sample ({reason})", self.source)
-
-    def decode_at(self, buf: Any, i: int) -> dict[str, Any]:
-        """``decode``, naming sample ``i`` of the shard in the error."""
-        reason = ""
-        try:
-            return self._decode(buf)
-        except ValueError as exc:
-            reason = str(exc)
-        raise FormatError(f"sample {i}: cannot decode ({reason})", self.source)
+        what = "cannot decode sample" if i is None else f"sample {i}: cannot decode"
+        raise FormatError(f"{what} ({reason})", self.source)
 
     def _decode(self, buf: Any) -> dict[str, Any]:
         raw = bytes(buf)
@@ -134,4 +128,4 @@ class SplitShardView:
         return self._data[off[i] : off[i + 1]]
 
     def sample(self, i: int) -> dict[str, Any]:
-        return self.decoder.decode_at(self.sample_bytes(i), i)
+        return self.decoder.decode(self.sample_bytes(i), i)

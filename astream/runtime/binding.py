@@ -108,8 +108,10 @@ def read_binding(local: str) -> Binding | None:
     return Binding(remote, digest)
 
 
-def _write_atomic(path: str, data: bytes, root: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
+def write_atomic(path: str, data: bytes, root: str, tmp: str | None = None) -> None:
+    """Write ``data`` to ``path`` under the cache ``root`` via ``tmp`` (default: beside it) and
+    a rename; a full or unwritable disk is a ``CacheError`` (see ``cache.disk_error``)."""
+    tmp = tmp or f"{path}.tmp-{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "wb") as f:
@@ -128,7 +130,7 @@ def _write_atomic(path: str, data: bytes, root: str) -> None:
 
 def write_binding(local: str, binding: Binding) -> None:
     data = json.dumps({"remote": binding.remote, "digest": binding.digest}, indent=1).encode()
-    _write_atomic(os.path.join(meta_dir(local), BINDING), data, local)
+    write_atomic(os.path.join(meta_dir(local), BINDING), data, local)
 
 
 def is_entry(path: str) -> bool:
@@ -137,7 +139,7 @@ def is_entry(path: str) -> bool:
 
 def mark_entry(path: str, remote: str) -> None:
     data = json.dumps({"created_by": "astream", "remote": remote}).encode()
-    _write_atomic(os.path.join(meta_dir(path), ENTRY_MARK), data, path)
+    write_atomic(os.path.join(meta_dir(path), ENTRY_MARK), data, path)
 
 
 def _is_empty(path: str) -> bool:

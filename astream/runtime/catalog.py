@@ -46,9 +46,10 @@ from astream.runtime.binding import (
     mark_entry,
     new_dirs,
     read_binding,
+    write_atomic,
     write_binding,
 )
-from astream.runtime.cache import ShardFiles, disk_error
+from astream.runtime.cache import ShardFiles
 from astream.runtime.fetch import RemoteShard
 from astream.storage.base import ObjectStore
 
@@ -237,18 +238,10 @@ async def load_index(store: ObjectStore | None, local: str) -> Index:
             # old index is unreadable or gone: nothing cached is known to match)
             _drop_stale(local, old_index, index)
         # the temporary copy lives under .astream/, which cache accounting never counts
-        tmp = os.path.join(local, ".astream", f"{INDEX}.{os.getpid()}")
-        try:
-            os.makedirs(os.path.dirname(tmp), exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except OSError as exc:
-            _unlink(tmp)
-            err = disk_error(exc, path, root=local, need=len(data), limit=None)
-            if err is None:
-                raise
-            raise err from exc
+        os.makedirs(os.path.join(local, ".astream"), exist_ok=True)
+        write_atomic(
+            path, data, local, tmp=os.path.join(local, ".astream", f"{INDEX}.{os.getpid()}")
+        )
     if bound is None or bound.digest != digest:
         write_binding(local, Binding(remote, digest))
     return index
