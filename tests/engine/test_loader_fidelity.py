@@ -340,3 +340,14 @@ def test_prepare_and_evict_shards(s3_dataset: Any, fresh_local: Any) -> None:
         ds.evict_coldest_shard()
     # the data is intact after all that
     assert np.array_equal(ds[5]["ids"], samples[5]["ids"])
+
+
+def test_a_worker_state_taken_mid_batch_skips_exactly_what_it_yielded() -> None:
+    # a worker resumed from its own state skips the samples it had yielded, also when that
+    # count ends inside a planned batch (a consumer that stopped mid-batch)
+    from astream.dataset import _skip
+
+    batches = [np.arange(k * 8, k * 8 + 8) for k in range(4)]
+    for n in (0, 5, 8, 13, 31, 32):
+        got = np.concatenate(list(_skip(iter(batches), n)) or [np.zeros(0, int)]).tolist()
+        assert got == list(range(n, 32)), n
