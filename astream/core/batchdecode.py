@@ -240,6 +240,27 @@ class ColumnBatch:
             )
         return pos + hsize, payload, code
 
+    def nbytes_bound(self) -> int:
+        """At least the bytes :meth:`finish` asks its allocator for (each array rounded up to
+        64 bytes): what a shared-memory slot must hold."""
+        total = 0
+        n = self.size
+        for k, c in enumerate(self.specs):
+            if c.kind == "fixed":
+                total += n * (c.size or 0) + 64
+                continue
+            nbytes = self._lengths(k)
+            most = int(nbytes.max()) if n else 0
+            if c.kind == "str":
+                total += 4 * n * max(1, most) + 64
+            elif c.kind in ("str_int", "str_float"):
+                total += 8 * n + 64
+            elif self.ragged == "offsets":
+                total += int(nbytes.sum()) + 8 * (n + 1) + 128
+            else:
+                total += n * most + 8 * n + 128
+        return total
+
     # -- phase 2 ------------------------------------------------------------------------------
     def finish(self, alloc: Alloc = np_alloc) -> dict[str, np.ndarray[Any, Any]]:
         out: dict[str, np.ndarray[Any, Any]] = {}
