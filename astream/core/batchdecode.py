@@ -95,7 +95,9 @@ class ColumnSpec:
             self.kind = "bytes"
 
 
-def column_specs(names: list[str], encodings: list[str], sizes: list[int | None]) -> list[ColumnSpec]:
+def column_specs(
+    names: list[str], encodings: list[str], sizes: list[int | None]
+) -> list[ColumnSpec]:
     out, nvar = [], 0
     for name, enc, size in zip(names, encodings, sizes):
         out.append(ColumnSpec(name, enc, size, -1 if size is not None else nvar))
@@ -105,7 +107,8 @@ def column_specs(names: list[str], encodings: list[str], sizes: list[int | None]
 
 def _gather(buf: U8, starts: I64, width: int) -> U8:
     """``(n, width)`` bytes of ``buf`` from each start."""
-    return buf[starts[:, None] + np.arange(width, dtype=np.int64)]
+    out: U8 = buf[starts[:, None] + np.arange(width, dtype=np.int64)]
+    return out
 
 
 def _le_uint(b: U8) -> I64:
@@ -159,9 +162,7 @@ class ColumnBatch:
         self.fixed = sum(c.size or 0 for c in specs)
         self.groups: list[_Group] = []
 
-    def add(
-        self, buf: U8, offsets: I64, positions: I64, locals_: I64, source: str
-    ) -> None:
+    def add(self, buf: U8, offsets: I64, positions: I64, locals_: I64, source: str) -> None:
         """Locate every column of samples ``locals_`` (batch slots ``positions``) in ``buf``."""
         g = _Group(buf, positions, source)
         begin = offsets[locals_]
@@ -170,17 +171,14 @@ class ColumnBatch:
         if nvar:
             if bool((length < 4 * nvar).any()):
                 raise FormatError(f"a sample is shorter than its {nvar} length fields", source)
-            lens = np.ascontiguousarray(_gather(buf, begin, 4 * nvar)).view("<u4").astype(
-                np.int64
-            )
+            lens = np.ascontiguousarray(_gather(buf, begin, 4 * nvar)).view("<u4").astype(np.int64)
         else:
             lens = np.empty((len(begin), 0), np.int64)
         want = 4 * nvar + self.fixed + lens.sum(axis=1)
         if not np.array_equal(want, length):
             k = int(np.argmax(want != length))
             raise FormatError(
-                f"sample is {int(length[k])} bytes but its column lengths add up to "
-                f"{int(want[k])}",
+                f"sample is {int(length[k])} bytes but its column lengths add up to {int(want[k])}",
                 source,
             )
         pos = begin + 4 * nvar
@@ -192,7 +190,7 @@ class ColumnBatch:
             g.starts.append(start)
             g.lens.append(nb)
             g.codes.append(code)
-            pos = pos + (c.size if c.var_index < 0 else lens[:, c.var_index])
+            pos = pos + (int(c.size or 0) if c.var_index < 0 else lens[:, c.var_index])
         self.groups.append(g)
 
     @staticmethod
@@ -235,9 +233,7 @@ class ColumnBatch:
         hsize = (head - pos) + 1 + (1 << width.astype(np.int64))
         payload = nb - hsize
         if not np.array_equal(counts * dt.itemsize, payload):
-            raise FormatError(
-                f"column {c.name!r}: ndarray shape does not fill its value", source
-            )
+            raise FormatError(f"column {c.name!r}: ndarray shape does not fill its value", source)
         return pos + hsize, payload, code
 
     def nbytes_bound(self) -> int:
@@ -278,7 +274,8 @@ class ColumnBatch:
                             f"column {c.name!r} ({c.encoding!r}): the values of one batch have "
                             "different dtypes; batch output needs one dtype per column"
                         )
-                    dt = _CODE_DTYPES[codes.pop()] if codes else np.dtype(np.uint8)
+                    one = codes.pop() if codes else None
+                    dt = _CODE_DTYPES[one] if one is not None else np.dtype(np.uint8)
                 assert dt is not None
                 self._ragged(k, c.name, dt, alloc, out)
         return out

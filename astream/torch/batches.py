@@ -17,13 +17,14 @@ are those of the wrapped dataset: the view holds it and runs its iteration machi
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 from torch.utils.data import IterableDataset
 
 from astream.dataset import _worker
-from astream.torch.shm import WorkerRing, new_group
+from astream.torch.shm import WorkerRing, forget_group, new_group
 
 __all__ = ["BatchDataset", "identity"]
 
@@ -59,6 +60,7 @@ class BatchDataset(IterableDataset):  # type: ignore[type-arg]
         self.ring = ring
         self.group = new_group()
         self._ring: WorkerRing | None = None
+        weakref.finalize(self, forget_group, self.group)  # the maps die with the view
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -84,5 +86,5 @@ class BatchDataset(IterableDataset):  # type: ignore[type-arg]
     def __len__(self) -> int:
         """Batches of this rank's next epoch (the whole epoch, as ``len`` of the dataset)."""
         n = len(self.dataset)
-        bs = self.dataset.cfg.batch_or_1
+        bs = int(self.dataset.cfg.batch_or_1)
         return n // bs if self.drop_last else -(-n // bs)

@@ -227,7 +227,13 @@ def _rebuild(
             _MAPS.pop((group, worker, pid, old), None)
         key = (group, worker, pid, sid)
         if fd is not None:
-            f = fd.detach()
+            try:
+                f = fd.detach()
+            except (EOFError, OSError) as exc:
+                raise RuntimeError(
+                    f"astream: DataLoader worker {worker} (pid {pid}) died before handing over "
+                    f"its batch slot {sid} (killed by signal?): {exc!r}"
+                ) from None
             try:
                 mm = mmap.mmap(f, capacity)
             finally:
@@ -255,3 +261,12 @@ def _rebuild(
 
 def new_group() -> str:
     return uuid.uuid4().hex
+
+
+def forget_group(group: str) -> None:
+    """Drop the maps of a loader's slots (its batch view is gone; held batches keep theirs)."""
+    with _LOCK:
+        for key in [k for k in _MAPS if k[0] == group]:
+            del _MAPS[key]
+        for key2 in [k for k in _PIDS if k[0] == group]:
+            del _PIDS[key2]

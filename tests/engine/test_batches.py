@@ -158,9 +158,7 @@ def test_plain_dataloader_recipe(enc_dataset: str, reference: Any) -> None:
         check_batch(batch, chunk, "pad")
 
 
-def test_compressed_mixed_streams_and_remote(
-    tmp_path: Any, s3_bucket: str
-) -> None:
+def test_compressed_mixed_streams_and_remote(tmp_path: Any, s3_bucket: str) -> None:
     """zstd shards from S3 mixed with a local stream: batches equal the collated samples."""
     from astream import Stream
 
@@ -243,7 +241,7 @@ def test_refusals(enc_dataset: str, tmp_path: Any) -> None:
     from astream.aio import AsyncStreamingDataset
 
     core = AsyncStreamingDataset(local=enc_dataset, batch_size=16)
-    with pytest.raises(ConfigError, match="astream.StreamingDataset"):
+    with pytest.raises(ConfigError, match=r"astream\.StreamingDataset"):
         core.batches(batch_format="torch")
     assert core.batches(batch_format="numpy") is not None
     # a dynamic-shape array of more than one dimension has no column form
