@@ -110,3 +110,22 @@ def test_bad_arguments_and_overwrite(ray_ctx: Any, tmp_path: Path) -> None:
     _dataset(ray_ctx, 100, 2).write_datasink(MDSDatasink(out, COLUMNS))
     _dataset(ray_ctx, 10, 1).write_datasink(MDSDatasink(out, COLUMNS, exist_ok=True))
     assert _ids(LocalDataset(out)) == list(range(10))
+
+
+def test_cli_convert_engine_ray(ray_ctx: Any, tmp_path: Path) -> None:
+    import argparse
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from astream.cli import convert
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": list(range(300)), "text": [f"t{i}" for i in range(300)]}), src)
+    p = argparse.ArgumentParser()
+    convert.add_parser(p.add_subparsers())
+    out = tmp_path / "out"
+    args = p.parse_args(["convert", str(src), str(out), "--engine", "ray", "--workers", "2"])
+    assert args.func(args) == 0
+    rows = sorted(LocalDataset(str(out)), key=lambda s: int(s["id"]))
+    assert [int(r["id"]) for r in rows] == list(range(300)) and rows[5]["text"] == "t5"

@@ -235,3 +235,24 @@ def test_given_columns_and_missing_out(spark: Any, tmp_path: Path) -> None:
     assert set(rows[7]) == set(cols)
     assert rows[7]["s"] == "row-7xxxxxxx" and rows[7]["u16"] == 7
     assert rows[7]["a32"].tolist() == [7, 8, 9]
+
+
+def test_cli_convert_engine_spark(spark: Any, tmp_path: Path) -> None:
+    import argparse
+
+    from astream.cli import convert
+
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"id": i, "text": f"t{i}", "x": i / 2}) + "\n"
+                           for i in range(500)))  # fmt: skip
+    p = argparse.ArgumentParser()
+    convert.add_parser(p.add_subparsers())
+    out = tmp_path / "out"
+    args = p.parse_args(["convert", str(src), str(out), "--engine", "spark", "--workers", "2",
+                         "--size-limit", "4kb"])  # fmt: skip
+    assert args.func(args) == 0
+    rows = sorted(LocalDataset(str(out)), key=lambda s: int(s["id"]))
+    assert [int(r["id"]) for r in rows] == list(range(500))
+    assert rows[9]["text"] == "t9" and float(rows[9]["x"]) == 4.5
+    with pytest.raises(OutputExistsError):
+        args.func(p.parse_args(["convert", str(src), str(out), "--engine", "spark"]))
