@@ -133,7 +133,7 @@ def _dying_udf(pdf: Any, marker: str, rows_before_death: int) -> Iterator[dict[s
         yield sample
 
 
-@pytest.mark.parametrize("where", ["local", "s3"])
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.slow)])
 def test_killed_task_is_retried_without_duplicates(
     spark: Any, where: str, s3_bucket: str, tmp_path: Path
 ) -> None:
