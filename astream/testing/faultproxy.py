@@ -16,7 +16,8 @@ Faults are drawn from ``random.Random(seed)``, so a run is repeatable, and can a
 exactly with :meth:`FaultProxy.plan` (the next N requests get these faults, in order), optionally
 only for requests whose path contains a substring. ``only_get=True`` (default) spares everything
 but GET requests from random faults. Counters: requests and response bytes per path, faults
-injected per kind, and the ``Range`` header of every GET. The proxy runs in its own loop thread, so it serves sync and async callers.
+injected per kind, and the ``Range`` header of every GET. The proxy runs in its own loop
+thread, so it serves sync and async callers.
 """
 
 from __future__ import annotations
