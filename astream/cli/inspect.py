@@ -21,7 +21,7 @@ import numpy as np
 
 from astream.cli.common import human_bytes, is_local, join_split, local_path, read_index
 from astream.core.index import Index
-from astream.errors import ConfigError, ObjectNotFoundError
+from astream.errors import ConfigError, EmptyDatasetError, ObjectNotFoundError
 
 __all__ = ["add_parser", "describe", "run", "sample_to_json"]
 
@@ -160,7 +160,11 @@ def run(args: argparse.Namespace) -> int:
     except ObjectNotFoundError:
         if args.format == "mds":
             raise
-        return _parquet(args)  # no index.json: a Parquet table, if there is one
+        try:
+            return _parquet(args)  # no index.json: a Parquet table, if there is one
+        except EmptyDatasetError:
+            pass  # no *.parquet objects either: say what was missing first
+        raise
     info = describe(index)
     sample = None
     if args.sample is not None:

@@ -110,9 +110,14 @@ def test_mixed_mds_and_parquet_streams(pq_table: Any, tmp_path: Any, fresh: Any)
     ds = StreamingDataset(
         streams=[
             Stream(local=mds, proportion=0.5),
-            Stream(remote=root, local=fresh(), format="parquet", columns=["label", "txt"],
-                   proportion=0.5),
-        ],  # fmt: skip
+            Stream(
+                remote=root,
+                local=fresh(),
+                format="parquet",
+                columns=["label", "txt"],
+                proportion=0.5,
+            ),
+        ],
         batch_size=4,
         shuffle=True,
         epoch_size=120,
