@@ -130,6 +130,11 @@ class Catalog:
 
 
 def _remote_shard(src: StreamSource, entry: ShardEntry) -> RemoteShard:
+    if entry.format == "parquet":  # a row group (virtual shard): runtime/parquet_read.py
+        from astream.runtime.parquet_read import row_group_remote_shard
+
+        rg: Any = entry
+        return row_group_remote_shard(src.remote, src.local, rg, src.validate_hash, src.keep_zip)
     raw = entry.raw_data
     zipd = entry.zip_data
     files = ShardFiles(

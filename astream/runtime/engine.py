@@ -319,7 +319,7 @@ class Engine:
             self.stats.samples += 1
             return h.sample(li)
         shard = self.catalog.shards[s]
-        if shard.compression is None and shard.remote is not None:
+        if shard.compression is None and shard.remote is not None and shard.ranges is None:
             return bridge.run(self.aget_range(s, li))
         h = opener.open(s, lambda s: bridge.run(self.download(s, True)))
         self.stats.samples += 1
@@ -331,7 +331,7 @@ class Engine:
         h = opener.try_open(s)
         if h is None:
             shard = self.catalog.shards[s]
-            if shard.compression is None and shard.remote is not None:
+            if shard.compression is None and shard.remote is not None and shard.ranges is None:
                 return await self.aget_range(s, li)
             await self.download(s, True)
             h = opener.try_open(s)
