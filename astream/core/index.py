@@ -18,8 +18,10 @@ Per-format key sets (besides the common ones):
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,10 +238,25 @@ def _parse_shard(c: _Checker, obj: Any, where: str) -> ShardEntry:
 def parse_index(data: bytes, source: str) -> Index:
     """Parse and validate index.json bytes; FormatError names ``source`` and the bad field."""
     c = _Checker(source)
-    fast = parse_mds_fast(data, lambda where, obj: _parse_shard(c, obj, where))
-    if fast is not None:
-        return Index(fast[0], fast[1])
-    return parse_index_validating(data, source)
+    with _gc_paused():
+        fast = parse_mds_fast(data, lambda where, obj: _parse_shard(c, obj, where))
+        if fast is not None:
+            return Index(fast[0], fast[1])
+        return parse_index_validating(data, source)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a parse allocates: the parse makes no cycles, and in a
+    process holding many objects (torch imported: ~10^6) every full collection it would trigger
+    walks them all -- 100k shards parse in 0.4 s with collection paused, 1.7-2.3 s without."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def parse_index_validating(data: bytes, source: str) -> Index:

@@ -43,13 +43,13 @@ CHUNK = 4096
 NonNeg = Annotated[int, msgspec.Meta(ge=0)]
 
 
-class _File(msgspec.Struct, forbid_unknown_fields=True):
+class _File(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     basename: str
     bytes: NonNeg
     hashes: dict[str, str]
 
 
-class _Mds(msgspec.Struct, forbid_unknown_fields=True):
+class _Mds(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     column_encodings: list[str]
     column_names: list[str]
     column_sizes: list[NonNeg | None]

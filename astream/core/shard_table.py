@@ -165,6 +165,17 @@ class ShardTable(Sequence[ShardEntry]):
         firsts = np.unique(self.kind, return_index=True)[1]
         return [(int(i), self._row(int(i))) for i in sorted(firsts.tolist())]
 
+    def file_names(self) -> Iterator[str]:
+        """Every file basename the index names, shard by shard: data (raw, zip), then a split
+        shard's meta files."""
+        for j, raw in enumerate(self.raw_names):
+            yield raw
+            if self.zip_names is not None and self.zip_names[j] is not None:
+                yield self.zip_names[j]  # type: ignore[misc]
+            if self._entries is not None:
+                e = self._entries[j]
+                yield from (f.basename for f in (e.raw_meta, e.zip_meta) if f is not None)
+
     def footprints(self) -> I64:
         """Bytes each shard takes in the cache while it is fetched: its data file(s), and a
         split-format shard's meta file(s)."""

@@ -381,14 +381,17 @@ def _drop_stale(local: str, old: Index | None, new: Index) -> None:
 
 def _refuse_orphans(local: str, index: Index) -> None:
     """Shard files in a directory without an index or binding belong to no one we know."""
-    for entry in index.shards:
-        for info in (entry.raw_data, entry.zip_data, entry.raw_meta, entry.zip_meta):
-            if info is not None and os.path.exists(os.path.join(local, info.basename)):
-                raise ConfigError(
-                    f"local={local!r} holds {info.basename} but no {INDEX} and no binding: "
-                    "astream cannot tell which dataset it belongs to and will not serve or "
-                    "overwrite it; give `local` an empty or new directory"
-                )
+    try:  # one listing, then a stat only for names whose top directory entry exists
+        present = set(os.listdir(local))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in index.table.file_names() if present else []:
+        if name.split("/", 1)[0] in present and os.path.exists(os.path.join(local, name)):
+            raise ConfigError(
+                f"local={local!r} holds {name} but no {INDEX} and no binding: "
+                "astream cannot tell which dataset it belongs to and will not serve or "
+                "overwrite it; give `local` an empty or new directory"
+            )
 
 
 def check_hash_available(catalog: Catalog, algo: str) -> None:

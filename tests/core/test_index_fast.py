@@ -182,3 +182,21 @@ def test_each_mutation_of_a_shard_past_the_first_of_its_configuration(
     data = json.dumps(obj).encode()
     fast, slow = _outcome(parse_index, data), _outcome(parse_index_validating, data)
     assert fast[:3] == slow[:3]
+
+
+def test_file_names_cover_data_zip_and_meta_files() -> None:
+    from astream.core.shard_entry import FileInfo, ShardEntry
+
+    def entry(i: int, meta: bool) -> ShardEntry:
+        return ShardEntry(
+            format="json" if meta else "mds", column_encodings=["str"], column_names=["t"],
+            column_sizes=[None], compression="zstd:3" if i else None, hashes=[],
+            raw_data=FileInfo(f"d{i}", 10, {}),
+            zip_data=FileInfo(f"d{i}.zstd", 5, {}) if i else None, samples=1, size_limit=None,
+            raw_meta=FileInfo(f"m{i}", 4, {}) if meta else None,
+            zip_meta=FileInfo(f"m{i}.zstd", 3, {}) if meta and i else None,
+        )  # fmt: skip
+
+    table = Index([entry(0, True), entry(1, True)]).table
+    assert list(table.file_names()) == ["d0", "m0", "d1", "d1.zstd", "m1", "m1.zstd"]
+    assert table.footprints().tolist() == [10 + 4, 10 + 5 + 4 + 3]
