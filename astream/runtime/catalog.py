@@ -141,10 +141,18 @@ class _Global(Sequence[_T]):
     """Global shard numbers over the streams' tables, built on demand."""
 
     def __init__(self, catalog: Catalog) -> None:
-        self.catalog = catalog
+        # the pieces, not the catalog: no reference cycle, so a dropped dataset frees its
+        # catalog (and the cache leases it holds) at once, not at the next collection
+        self.sources = catalog.sources
+        self.shard_stream = catalog.shard_stream
+        self.shard_first = catalog.shard_first
 
     def __len__(self) -> int:
-        return len(self.catalog.shard_stream)
+        return len(self.shard_stream)
+
+    def stream_of(self, s: int) -> tuple[int, int]:
+        k = int(self.shard_stream[s])
+        return k, s - int(self.shard_first[k])
 
     @overload
     def __getitem__(self, s: int) -> _T: ...
@@ -167,8 +175,8 @@ class _Global(Sequence[_T]):
 
 class _Entries(_Global[ShardEntry]):
     def one(self, s: int) -> ShardEntry:
-        k, i = self.catalog.stream_of(s)
-        return self.catalog.sources[k].index.shards[i]
+        k, i = self.stream_of(s)
+        return self.sources[k].index.shards[i]
 
 
 class _Shards(_Global[RemoteShard]):
@@ -179,8 +187,8 @@ class _Shards(_Global[RemoteShard]):
     def one(self, s: int) -> RemoteShard:
         got = self._built.get(s)
         if got is None:
-            k, i = self.catalog.stream_of(s)
-            src = self.catalog.sources[k]
+            k, i = self.stream_of(s)
+            src = self.sources[k]
             entry = src.index.shards[i]
             got = self._built[s] = _with_meta(entry, _remote_shard(src, entry))
         return got

@@ -80,3 +80,18 @@ def test_orphan_shards_in_a_subdirectory_are_refused(tmp_path: Any) -> None:
         f.write(b"x")
     ds = StreamingDataset(remote=remote, local=local, batch_size=4)
     assert sorted(int(x["id"]) for x in ds) == sorted([*range(20), *range(20)])
+
+
+def test_a_dropped_dataset_frees_its_catalog_without_a_collection(tmp_path: Any) -> None:
+    import gc
+    import weakref
+
+    ds = StreamingDataset(local=_write(str(tmp_path / "a"), 10), batch_size=4)
+    assert ds.catalog.shards[0].files.raw_path and ds.catalog.entries[0].samples
+    ref = weakref.ref(ds.catalog)
+    gc.disable()  # its cache leases go with it: `astream cache clear` must not see it in use
+    try:
+        del ds
+        assert ref() is None
+    finally:
+        gc.enable()
