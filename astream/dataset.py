@@ -449,7 +449,7 @@ class StreamingCore:
         return len(self.catalog.shards)
 
     @property
-    def shards(self) -> list[Any]:
+    def shards(self) -> Sequence[Any]:
         return self.catalog.entries
 
     @property

@@ -600,7 +600,7 @@ def check_dataset(
         raise ConfigError(f"allow_unsafe_types must be True or False, got {allow_unsafe_types!r}")
     if not allow_unsafe_types:
         for k, src in enumerate(catalog.sources):
-            for i, entry in enumerate(src.index.shards):
+            for i, entry in src.index.table.configs():  # encodings: one per configuration
                 for name, enc in zip(entry.column_names or [], entry.column_encodings or []):
                     if enc in UNSAFE_ENCODINGS:
                         raise UnsafeEncodingError(
@@ -611,7 +611,7 @@ def check_dataset(
                         )
     for k, src in enumerate(catalog.sources):
         algo = getattr(src, "validate_hash", None)
-        for i, entry in enumerate(src.index.shards if algo is not None else []):
+        for i, entry in src.index.table.configs() if algo is not None else []:
             if algo not in entry.hashes:
                 raise FormatError(
                     f"stream {k} validates shards with {algo!r}, but shard {i} lists only "
