@@ -141,7 +141,7 @@ def test_downloads_match_the_plan_and_beat_lru(
             cache_policy=("next_use", "lru"),
             shuffles=["astream"],
             shuffle_block_size=BLOCK,
-        )  # fmt: skip
+        )
     }
     measured: dict[str, list[int]] = {}
     for policy in ("next_use", "lru"):
