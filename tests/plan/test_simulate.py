@@ -45,7 +45,7 @@ def test_rank_uses_cover_every_sample_of_the_rank() -> None:
     plan, world = _plan(), World(1, 2, 1)
     seen = set()
     for rank in range(2):
-        t, s = rank_uses(plan, world, rank, 0, 10**6)
+        _t, s = rank_uses(plan, world, rank, 0, 10**6)
         ids = np.concatenate(list(plan.worker_batches(world, rank, 0)))
         assert set(s.tolist()) == set(plan.shard_of(ids).tolist())
         seen |= set(s.tolist())
