@@ -83,6 +83,8 @@ class Engine:
     def _parts(self) -> dict[str, Any]:
         if self._pid != os.getpid():
             stats = Stats()
+            if len(self.catalog.sources) > 1:
+                stats.stream_samples = [0] * len(self.catalog.sources)
             space = CacheSpace({s.local for s in self.catalog.sources}, self.cache_limit)
             space.register(self.catalog.files())
             fetcher = ShardFetcher(
@@ -135,6 +137,7 @@ class Engine:
         opener = self._opener()
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
+        stats.live, multi = (pf, la), bool(stats.stream_samples)  # for astream.metrics
 
         def fetch(s: int) -> None:
             fut = pf.take(s)
@@ -154,6 +157,8 @@ class Engine:
             for groups, size in la:
                 batch = decode_batch(groups, size, open_shard)
                 stats.samples += len(batch)
+                if multi:
+                    stats.count_streams(groups, self.catalog.shard_stream)
                 if opener.pinning:
                     # Never hold a pin while suspended: the DataLoader may park this worker
                     # for long, and another process may be waiting for exactly that shard.
@@ -194,6 +199,7 @@ class Engine:
         loop = asyncio.get_running_loop() if on_loop else None
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
+        stats.live, multi = (pf, la), bool(stats.stream_samples)  # for astream.metrics
 
         async def demand(s: int) -> bool:
             if on_loop:
@@ -252,6 +258,8 @@ class Engine:
                 if opener.pinning:
                     opener.release_all()
                 stats.samples += size
+                if multi:
+                    stats.count_streams(groups, self.catalog.shard_stream)
                 yield out
                 await asyncio.sleep(0)  # at least once per batch
         finally:
@@ -326,7 +334,7 @@ class Engine:
             head_key = shard.raw_key if meta is None else meta.raw_key
             head = await store.get_range(head_key, 0, header_size(entry.samples))
             stats.range_requests += 1
-            stats.bytes_fetched += len(head)
+            stats.add_bytes(shard.remote, len(head))
             spent += len(head)
             first = None if meta is None else 0  # split offsets index the data file from 0
             offsets = parse_offsets(
@@ -335,7 +343,7 @@ class Engine:
             headers[s] = offsets
         data = await store.get_range(shard.raw_key, offsets[li], offsets[li + 1])
         stats.range_requests += 1
-        stats.bytes_fetched += len(data)
+        stats.add_bytes(shard.remote, len(data))
         self._maybe_promote(parts, s, spent + len(data))
         stats.samples += 1
         return opener.decoder(s).decode(memoryview(data))
