@@ -103,6 +103,8 @@ class Metrics:
     (default: ``$ASTREAM_RUNTIME_DIR``, see :mod:`astream.metrics.registry`).
     """
 
+    cache_scan_every = 5.0  # seconds between two scans of the cache directory (occupancy)
+
     def __init__(
         self,
         dataset: Any,
@@ -183,10 +185,11 @@ class Metrics:
 
     # -- reading -----------------------------------------------------------------------------
     def main_record(self) -> Record:
-        """This process's record, read now (the cache scan at most every 5 s)."""
+        """This process's record, read now (the cache scanned at most every
+        ``cache_scan_every`` seconds: a scan lists every file of the cache directory)."""
         rec = process_record(self.dataset, None)
         now = time.monotonic()
-        if self._cache is None or now - self._cache[0] >= 5.0:
+        if self._cache is None or now - self._cache[0] >= self.cache_scan_every:
             space = self.dataset.engine.space
             self._cache = (now, {"bytes": space.usage(), "limit": space.limit})
         rec["cache"] = self._cache[1]
