@@ -16,8 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from astream import Stream, StreamingDataLoader, StreamingDataset
 from astream.errors import ConfigError
-from astream.metrics import COUNTERS, PREFETCH, Metrics, process_record
-from astream.metrics import registry
+from astream.metrics import COUNTERS, PREFETCH, Metrics, process_record, registry
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -55,7 +54,9 @@ def _shards(path: str) -> int:
     return len([f for f in os.listdir(path) if f.startswith("shard.")])
 
 
-def test_scrape_during_epoch_with_two_workers(http_ds, http_root, http_server, make_proxy, tmp_path):
+def test_scrape_during_epoch_with_two_workers(
+    http_ds, http_root, http_server, make_proxy, tmp_path
+):
     name, nbytes = http_ds(800)
     proxy = make_proxy(http_server.url, latency=0.01)
     # two transient faults, retried by some worker ("reset" is left to test_retry_cause.py:
@@ -74,7 +75,11 @@ def test_scrape_during_epoch_with_two_workers(http_ds, http_root, http_server, m
             labels += batch
             if i == 10:
                 deadline = time.monotonic() + 20
-                while len(m.workers()) < 2 and time.monotonic() < deadline:
+                # both workers have reported samples (records are up to `interval` s old)
+                while time.monotonic() < deadline and not (
+                    len(m.workers()) == 2
+                    and all(r["counters"]["samples"] > 0 for r in m.worker_records())
+                ):
                     time.sleep(0.05)
                 mid = scrape(str(m.url))
         assert sorted(labels) == list(range(800))
