@@ -18,6 +18,7 @@ with Metrics(ds, interval=0.1) as m:
     deadline = time.monotonic() + 30
     while len(m.workers()) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    open(os.path.join(marks, "READY"), "w").write(str(n))
+    with open(os.path.join(marks, "READY"), "w") as f:
+        f.write(str(n))
     while not os.path.exists(os.path.join(marks, "STOP")) and time.monotonic() < deadline + 60:
         time.sleep(0.05)
