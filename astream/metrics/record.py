@@ -80,7 +80,9 @@ def _prefetch(dataset: Any) -> dict[str, int]:
     live = dataset.engine.stats.live
     if live is None:
         return dict.fromkeys(PREFETCH, 0)
-    pf, la = live
+    pf, la = live[0](), live[1]()  # weak: a finished iteration's prefetcher is gone
+    if pf is None or la is None:
+        return dict.fromkeys(PREFETCH, 0)
     busy, busy_b, ready, ready_b = pf.depth()
     return dict(zip(PREFETCH, (busy, busy_b, ready, ready_b, la.queued), strict=True))
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
@@ -137,7 +138,7 @@ class Engine:
         opener = self._opener()
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
-        stats.live, multi = (pf, la), bool(stats.stream_samples)  # for astream.metrics
+        stats.live, multi = (weakref.ref(pf), weakref.ref(la)), bool(stats.stream_samples)
 
         def fetch(s: int) -> None:
             fut = pf.take(s)
@@ -199,7 +200,7 @@ class Engine:
         loop = asyncio.get_running_loop() if on_loop else None
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
-        stats.live, multi = (pf, la), bool(stats.stream_samples)  # for astream.metrics
+        stats.live, multi = (weakref.ref(pf), weakref.ref(la)), bool(stats.stream_samples)
 
         async def demand(s: int) -> bool:
             if on_loop:

@@ -35,7 +35,7 @@ class Stats:
     def __post_init__(self) -> None:
         self.stream_samples: list[int] = []  # per stream (sized by the engine when 2+ streams)
         self.stream_bytes: dict[str, int] = {}  # bytes fetched per remote root
-        self.live: Any = None  # (Prefetcher, Lookahead) of the running iteration, if any
+        self.live: Any = None  # weak refs to the running iteration's (Prefetcher, Lookahead)
 
     def snapshot(self) -> dict[str, float]:
         return asdict(self)
