@@ -194,6 +194,16 @@ def test_prefetch_depth_mid_epoch(http_ds, http_server, make_proxy, tmp_path):
     assert p["shards_in_flight"] >= 1  # 0.3 s a request: the next shards are still coming
     assert min(sizes) * p["shards_in_flight"] <= p["bytes_in_flight"]
     assert p["bytes_in_flight"] <= max(sizes) * p["shards_in_flight"]
+    with Metrics(ds, announce=False) as m:  # the endpoint's text carries the same gauges
+        from prometheus_client.parser import text_string_to_metric_families as parse
+
+        ahead = [
+            s.value
+            for fam in parse(m.prometheus_text())
+            for s in fam.samples
+            if s.name == "astream_prefetch_samples_ahead"
+        ]
+        assert ahead == [process_record(ds, None)["prefetch"]["samples_ahead"]] and ahead[0] > 0
     rest = [int(s["label"]) for s in it]
     assert len(rest) == 599
     assert process_record(ds, None)["prefetch"] == dict.fromkeys(PREFETCH, 0)
