@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -90,6 +91,8 @@ class Engine:
     def _parts(self) -> dict[str, Any]:
         if self._pid != os.getpid():
             stats = Stats()
+            if len(self.catalog.sources) > 1:
+                stats.stream_samples = [0] * len(self.catalog.sources)
             space = CacheSpace(
                 {s.local for s in self.catalog.sources}, self.cache_limit, self.cache_policy
             )
@@ -180,6 +183,7 @@ class Engine:
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
         tracker = self._track(parts["space"], la)
+        stats.live = (weakref.ref(pf), weakref.ref(la))  # for astream.metrics
 
         def fetch(s: int) -> None:
             fut = pf.take(s)
@@ -209,12 +213,15 @@ class Engine:
         list iterator knows how many of its items are left."""
         stats: Stats = self._parts()["stats"]
         la, pf, opener, open_shard, tracker = self._sync_reader(batches)
+        multi = bool(stats.stream_samples)
         try:
             for groups, size in la:
                 if tracker is not None:
                     tracker.batch()
                 batch = decode_batch(groups, size, open_shard)
                 stats.samples += len(batch)
+                if multi:
+                    stats.count_streams(groups, self.catalog.shard_stream)
                 if opener.pinning:
                     # Never hold a pin while suspended: the DataLoader may park this worker
                     # for long, and another process may be waiting for exactly that shard.
@@ -244,6 +251,7 @@ class Engine:
         yielded. ``cursor[0]`` counts the samples of the batches handed out."""
         stats: Stats = self._parts()["stats"]
         la, pf, opener, open_shard, tracker = self._sync_reader(batches)
+        multi = bool(stats.stream_samples)
         layouts = BatchLayouts(self.catalog)
         try:
             for groups, size in la:
@@ -251,6 +259,8 @@ class Engine:
                     tracker.batch()
                 out = finish(locate_batch(groups, size, open_shard, layouts, ragged))
                 stats.samples += size
+                if multi:
+                    stats.count_streams(groups, self.catalog.shard_stream)
                 if opener.pinning:
                     opener.release_all()
                 if cursor is not None:
@@ -288,6 +298,7 @@ class Engine:
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
         tracker = self._track(parts["space"], la)
+        stats.live, multi = (weakref.ref(pf), weakref.ref(la)), bool(stats.stream_samples)
 
         async def demand(s: int) -> bool:
             if on_loop:
@@ -350,6 +361,8 @@ class Engine:
                 if opener.pinning:
                     opener.release_all()
                 stats.samples += size
+                if multi:
+                    stats.count_streams(groups, self.catalog.shard_stream)
                 yield out
                 await asyncio.sleep(0)  # at least once per batch
         finally:
@@ -426,7 +439,7 @@ class Engine:
             head_key = shard.raw_key if meta is None else meta.raw_key
             head = await store.get_range(head_key, 0, header_size(entry.samples))
             stats.range_requests += 1
-            stats.bytes_fetched += len(head)
+            stats.add_bytes(shard.remote, len(head))
             spent += len(head)
             first = None if meta is None else 0  # split offsets index the data file from 0
             offsets = parse_offsets(
@@ -435,7 +448,7 @@ class Engine:
             headers[s] = offsets
         data = await store.get_range(shard.raw_key, offsets[li], offsets[li + 1])
         stats.range_requests += 1
-        stats.bytes_fetched += len(data)
+        stats.add_bytes(shard.remote, len(data))
         self._maybe_promote(parts, s, spent + len(data))
         stats.samples += 1
         return opener.decoder(s).decode(memoryview(data))

@@ -303,7 +303,7 @@ class ShardFetcher:
                             store.url_for(key),
                         )
                     await loop.run_in_executor(None, _pwrite_all, fd, data, at)
-                    self.stats.bytes_fetched += len(data)
+                    self.stats.add_bytes(shard.remote, len(data))
 
             if not parts:
                 return

@@ -13,6 +13,9 @@ Prefetch downloads never wait for cache room (``block=False``): if the cache is 
 shards the prefetch is skipped and the consumer fetches on demand when it gets there. Errors of a
 prefetch are not lost: they are raised to the consumer when it asks for that shard.
 
+:meth:`Prefetcher.depth` and :attr:`Lookahead.queued` tell :mod:`astream.metrics` how far the
+reader is ahead of its consumer; they are read from another thread, never on the hot path.
+
 The same class serves the synchronous path (futures on the astream loop thread, via the
 bridge) and ``aiter`` (tasks on the caller's loop).
 """
@@ -74,6 +77,18 @@ class Prefetcher:
         """The pending download of ``s``, if one was started; forgets it."""
         return self._pending.pop(s, None)
 
+    def depth(self) -> tuple[int, int, int, int]:
+        """(shards downloading or queued, their bytes, shards downloaded and not yet opened by
+        the consumer, their bytes). Safe to call from another thread."""
+        busy = busy_b = ready = ready_b = 0
+        for s, fut in list(self._pending.items()):
+            size = self.catalog.shards[s].files.raw_size
+            if not fut.done():
+                busy, busy_b = busy + 1, busy_b + size
+            elif not fut.cancelled() and fut.exception() is None and fut.result():
+                ready, ready_b = ready + 1, ready_b + size
+        return busy, busy_b, ready, ready_b
+
     def cancel(self) -> None:
         for fut in self._pending.values():
             fut.cancel()
@@ -120,6 +135,11 @@ class Lookahead:
                 if s not in self._announced:
                     self._announced.add(s)
                     self._pf.want(s)
+
+    @property
+    def queued(self) -> int:
+        """Samples planned ahead of the consumer (announced to the prefetcher, not yet decoded)."""
+        return self._queued
 
     def forget(self, s: int) -> None:
         """The consumer opened ``s``; announce it again if it is needed after eviction."""

@@ -3,12 +3,21 @@
 One :class:`Stats` per process and dataset. Counters only ever grow; ``snapshot()`` returns a
 plain dict that is cheap to log. DataLoader workers keep their own counters (they are separate
 processes); the dataset exposes the counters of the process that asks.
+
+Beside the counters of ``snapshot()``, a Stats keeps what :mod:`astream.metrics` labels by
+stream: bytes fetched per remote root (:meth:`add_bytes`, on the fetch path), samples per
+stream (:meth:`count_streams`, one add per shard group of a batch, and only for datasets of
+two or more streams: a single stream's figures are the totals), and ``live``, the running
+iteration's prefetcher and lookahead, read for the prefetch-depth gauges. All of it is plain
+int adds; none of it runs per sample.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass
@@ -23,8 +32,25 @@ class Stats:
     samples: int = 0  # samples yielded or returned
     wait_seconds: float = 0.0  # time the consumer spent waiting for data to arrive
 
+    def __post_init__(self) -> None:
+        self.stream_samples: list[int] = []  # per stream (sized by the engine when 2+ streams)
+        self.stream_bytes: dict[str, int] = {}  # bytes fetched per remote root
+        self.live: Any = None  # weak refs to the running iteration's (Prefetcher, Lookahead)
+
     def snapshot(self) -> dict[str, float]:
         return asdict(self)
+
+    def add_bytes(self, remote: str | None, n: int) -> None:
+        """``n`` bytes received from ``remote`` (a stream's root URL)."""
+        self.bytes_fetched += n
+        key = remote or ""
+        self.stream_bytes[key] = self.stream_bytes.get(key, 0) + n
+
+    def count_streams(self, groups: Sequence[Any], shard_stream: Sequence[int]) -> None:
+        """Add a decoded batch's samples to their streams (``groups``: ``batch_groups``)."""
+        per = self.stream_samples
+        for s, positions, _ in groups:
+            per[shard_stream[s]] += len(positions)
 
 
 class Stopwatch:

@@ -68,20 +68,32 @@ class StorePool:
             stores[key] = store
         return store
 
+    def _mine(self) -> list[ObjectStore]:
+        """The stores this pool's settings reach, on every loop."""
+        mine = {(url, p) for url, p in self.policies.items()}
+        return [
+            store
+            for stores in list(_by_loop.values())
+            for key, store in list(stores.items())
+            if key[2] == self._opts_key
+            and ((key[0], key[1]) in mine or (key[0] not in self.policies and key[1] == self.retry))
+        ]
+
     def retries(self) -> int:
         """Transient failures retried by the stores this pool's settings reach, every loop.
 
         Stores are shared between datasets with the same remote and settings, so so are their
         counts.
         """
-        mine = {(url, p) for url, p in self.policies.items()}
-        return sum(
-            int(getattr(store, "retries", 0))
-            for stores in list(_by_loop.values())
-            for key, store in list(stores.items())
-            if key[2] == self._opts_key
-            and ((key[0], key[1]) in mine or (key[0] not in self.policies and key[1] == self.retry))
-        )
+        return sum(int(getattr(store, "retries", 0)) for store in self._mine())
+
+    def retry_causes(self) -> dict[str, int]:
+        """:meth:`retries` by cause (see ``astream.storage.retry.retry_cause``)."""
+        out: dict[str, int] = {}
+        for store in self._mine():
+            for cause, n in dict(getattr(store, "causes", {})).items():
+                out[cause] = out.get(cause, 0) + n
+        return out
 
     async def aclose_loop(self) -> None:
         """Close the stores of the running loop (every dataset's: they are shared)."""

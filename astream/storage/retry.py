@@ -18,11 +18,17 @@ Theory of operation
 - ``policy.deadline`` bounds the whole operation (attempts and waits). When it runs out the error
   is a :class:`~astream.errors.StorageTimeoutError` naming the URL and the last fault; when the
   attempts run out, the last transient error is raised as is (it names the URL).
+
+Every transient failure that is retried adds one to ``retries`` and to ``causes[cause]``, where
+:func:`retry_cause` names the fault: ``throttle`` (429, 503 SlowDown), ``5xx``, ``timeout``,
+``truncated`` (a body cut short), ``reset`` (the connection failed or closed) or ``other``.
+Plain int adds on the failure path only: a request that succeeds costs nothing more.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -33,12 +39,17 @@ from astream.errors import (
     ConfigError,
     StorageError,
     StorageTimeoutError,
+    ThrottledError,
     TransientStorageError,
 )
 from astream.storage.base import ObjectInfo
 from astream.storage.common import RawBackend
 
-__all__ = ["RetryPolicy", "RetryingStore"]
+__all__ = ["RETRY_CAUSES", "RetryPolicy", "RetryingStore", "retry_cause"]
+
+RETRY_CAUSES = ("throttle", "5xx", "timeout", "truncated", "reset", "other")
+# what the backends say for a body that ended early (aiohttp, botocore)
+_TRUNCATED = ("body cut short", "IncompleteRead", "ResponseStreamingError", "ContentLength")
 
 T = TypeVar("T")
 _Page = tuple[list[ObjectInfo], str | None]
@@ -68,6 +79,22 @@ class RetryPolicy:
         """Seconds to wait after the ``failures``-th consecutive failure (1-based)."""
         cap = min(self.backoff_max, self.backoff_base * (2 ** (failures - 1)))
         return rng.uniform(0.0, cap)
+
+
+def retry_cause(err: BaseException) -> str:
+    """The label of a transient fault, one of :data:`RETRY_CAUSES`."""
+    if isinstance(err, ThrottledError):
+        return "throttle"
+    if isinstance(err, TimeoutError):  # StorageTimeoutError is one too
+        return "timeout"
+    text = err._message if isinstance(err, StorageError) else str(err)
+    if text.startswith("server error"):
+        return "5xx"
+    if any(mark in text for mark in _TRUNCATED):
+        return "truncated"
+    if text.startswith("connection failed"):
+        return "reset"
+    return "other"
 
 
 class _Budget:
@@ -130,6 +157,7 @@ class RetryingStore:
         self.policy = policy or RetryPolicy()
         self._rng = random.Random()
         self.retries = 0  # transient failures retried so far (for statistics)
+        self.causes: collections.Counter[str] = collections.Counter()  # the same, by cause
 
     @property
     def url(self) -> str:
@@ -149,8 +177,10 @@ class RetryingStore:
                 async with asyncio.timeout(timeout):
                     return await op()
             except (TransientStorageError, TimeoutError) as exc:
-                await budget.failed(budget.fault(exc, timeout), self._rng)
+                err = budget.fault(exc, timeout)
+                await budget.failed(err, self._rng)
                 self.retries += 1
+                self.causes[retry_cause(err)] += 1
 
     async def _stream(
         self, key: str, start: int, end: int | None, sink: Callable[[bytes], object]
@@ -173,8 +203,10 @@ class RetryingStore:
                         await it.aclose()  # type: ignore[attr-defined]
                 return got
             except (TransientStorageError, TimeoutError) as exc:
-                await budget.failed(budget.fault(exc, timeout), self._rng)
+                err = budget.fault(exc, timeout)
+                await budget.failed(err, self._rng)
                 self.retries += 1
+                self.causes[retry_cause(err)] += 1
 
     async def get_range(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         if start < 0 or (end is not None and end < start):

@@ -1,0 +1,297 @@
+"""Metrics across the processes of one rank: the worker bridge, the exporter, the logger.
+
+Theory of operation
+-------------------
+Each process that reads a dataset keeps its own :class:`~astream.runtime.stats.Stats`
+(``ds.stats``). DataLoader workers are separate processes, so the main process cannot see their
+counters directly. :class:`Metrics` bridges that simply: its ``worker_init_fn`` (pass it to the
+DataLoader) starts a daemon thread in each worker that writes the worker's record
+(:mod:`astream.metrics.record`), as one small JSON file named after its pid, into the job's
+directory (:mod:`astream.metrics.registry`) every ``interval`` seconds and once more when the
+worker exits. :meth:`Metrics.snapshot` sums the latest file of every worker that ever ran
+(workers of finished epochs included) and the main process's own counters, read now.
+
+The main process also writes its own record there every ``interval`` seconds (``announce``,
+on by default), so that ``astream top`` sees the whole job from the files alone. With
+``prometheus_port`` (or :meth:`Metrics.serve`) the main process serves the same records in the
+Prometheus text format (:mod:`astream.metrics.prometheus`): one scrape per rank sees all its
+workers. Nothing of this exists without a ``Metrics``: the dataset itself starts no thread and
+opens no port; its counters are plain int adds.
+
+Limits, stated plainly: a running worker's figures are up to ``interval`` seconds old; a worker
+killed with SIGKILL loses what it counted since its last write; totals cover one node and one
+rank (each rank has its own ``Metrics``); retries are counted per process and store, so two
+datasets of one process reading the same remote with the same settings share their count.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing.util
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from astream.metrics import registry
+from astream.metrics.record import (
+    COUNTERS,
+    Record,
+    process_record,
+    process_snapshot,
+    totals,
+)
+
+__all__ = ["COUNTERS", "Metrics", "process_snapshot"]
+
+_log = logging.getLogger("astream.metrics")
+
+
+def _write(directory: str, rec: Record) -> None:
+    registry.write_json(os.path.join(directory, f"{registry.PROC_PREFIX}{rec['pid']}.json"), rec)
+
+
+class _WorkerHook:
+    """Picklable ``worker_init_fn``: publish this worker's record every ``interval`` s."""
+
+    def __init__(self, directory: str, interval: float, chained: Callable[[int], Any] | None):
+        self.directory = directory
+        self.interval = interval
+        self.chained = chained
+
+    def __call__(self, worker_id: int) -> None:
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        if info is not None:
+            ds = info.dataset
+            stop = threading.Event()
+
+            def publish() -> None:
+                try:
+                    _write(self.directory, process_record(ds, worker_id))
+                except OSError:
+                    pass  # the run ended and the directory is gone: nothing to report to
+
+            def loop() -> None:
+                while not stop.wait(self.interval):
+                    publish()
+
+            def final() -> None:
+                stop.set()
+                publish()
+
+            threading.Thread(target=loop, name="astream-metrics", daemon=True).start()
+            multiprocessing.util.Finalize(None, final, exitpriority=10)
+        if self.chained is not None:
+            self.chained(worker_id)
+
+
+class Metrics:
+    """Counters of a dataset across the main process and its DataLoader workers.
+
+    ``m = Metrics(ds)``; ``StreamingDataLoader(ds, ..., worker_init_fn=m.worker_init_fn)``;
+    ``m.snapshot()`` any time; ``m.start_logging(30)`` for a log line every 30 s;
+    ``prometheus_port=9400`` (or ``m.serve(9400)``) for a Prometheus endpoint; ``m.close()``
+    (or ``with Metrics(ds) as m:``) at the end.
+
+    ``announce`` (default True) makes the job visible to ``astream top`` on this node (the
+    main process writes its record every ``interval`` s); ``runtime_dir`` overrides where
+    (default: ``$ASTREAM_RUNTIME_DIR``, see :mod:`astream.metrics.registry`).
+    """
+
+    cache_scan_every = 5.0  # seconds between two scans of the cache directory (occupancy)
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        interval: float = 1.0,
+        prometheus_port: int | None = None,
+        prometheus_host: str = "127.0.0.1",
+        announce: bool = True,
+        runtime_dir: str | None = None,
+    ) -> None:
+        from astream.errors import ConfigError
+
+        if not interval > 0:
+            raise ConfigError(f"interval must be > 0 seconds, got {interval!r}")
+        if prometheus_port is not None and (
+            isinstance(prometheus_port, bool)
+            or not isinstance(prometheus_port, int)
+            or not 0 <= prometheus_port <= 65535
+        ):
+            raise ConfigError(
+                f"prometheus_port must be an int in 0..65535 (0: any free port), got "
+                f"{prometheus_port!r}"
+            )
+        self.dataset = dataset
+        self.interval = float(interval)
+        self.rank = int(os.environ.get("RANK", "0") or 0)
+        self.runtime_dir = runtime_dir
+        registry.prune(runtime_dir)
+        self.directory = registry.new_job_dir(runtime_dir)
+        self._stop = threading.Event()
+        self._logger_thread: threading.Thread | None = None
+        self._publisher: threading.Thread | None = None
+        self._cache: tuple[float, dict[str, Any]] | None = None
+        self.exporter: Any = None
+        self._write_job()
+        if announce:
+            self._publisher = threading.Thread(
+                target=self._publish_loop, name="astream-metrics", daemon=True
+            )
+            self._publisher.start()
+        if prometheus_port is not None:
+            try:
+                self.serve(prometheus_port, prometheus_host)
+            except BaseException:
+                self.close()
+                raise
+
+    # -- who we are ------------------------------------------------------------------------
+    def streams(self) -> list[dict[str, Any]]:
+        """The dataset's streams, by index: ``{"remote": url or None, "local": dir}``."""
+        return [
+            {"remote": src.remote, "local": src.local}
+            for src in self.dataset.engine.catalog.sources
+        ]
+
+    def _write_job(self) -> None:
+        registry.write_json(
+            os.path.join(self.directory, registry.JOB_FILE),
+            {
+                "pid": os.getpid(),
+                "rank": self.rank,
+                "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0),
+                "argv": sys.argv[:8],
+                "started": time.time(),
+                "interval": self.interval,
+                "streams": self.streams(),
+                "url": None if self.exporter is None else self.exporter.url,
+            },
+        )
+
+    @property
+    def worker_init_fn(self) -> Callable[[int], None]:
+        return _WorkerHook(self.directory, self.interval, None)
+
+    def wrap_worker_init_fn(self, fn: Callable[[int], Any]) -> Callable[[int], None]:
+        """Your own ``worker_init_fn``, run after the metrics hook."""
+        return _WorkerHook(self.directory, self.interval, fn)
+
+    # -- reading -----------------------------------------------------------------------------
+    def main_record(self) -> Record:
+        """This process's record, read now (the cache scanned at most every
+        ``cache_scan_every`` seconds: a scan lists every file of the cache directory)."""
+        rec = process_record(self.dataset, None)
+        now = time.monotonic()
+        if self._cache is None or now - self._cache[0] >= self.cache_scan_every:
+            space = self.dataset.engine.space
+            self._cache = (now, {"bytes": space.usage(), "limit": space.limit})
+        rec["cache"] = self._cache[1]
+        return rec
+
+    def worker_records(self) -> list[Record]:
+        """The latest record of every worker that has reported (finished epochs' too)."""
+        return registry.read_records(self.directory, skip_pid=os.getpid())
+
+    def records(self) -> list[Record]:
+        """This process's record and every worker's."""
+        return [self.main_record(), *self.worker_records()]
+
+    def workers(self) -> dict[int, dict[str, float]]:
+        """pid -> latest counters of every worker that has reported."""
+        return {int(r["pid"]): dict(r["counters"]) for r in self.worker_records()}
+
+    def snapshot(self) -> dict[str, float]:
+        """Totals of this process and every reporting worker, plus ``processes``."""
+        return totals([{"counters": process_snapshot(self.dataset)}, *self.worker_records()])
+
+    # -- publishing ----------------------------------------------------------------------------
+    def _publish_loop(self) -> None:
+        while True:
+            try:
+                _write(self.directory, self.main_record())
+            except OSError:
+                pass  # the directory went away (closed): the loop ends below
+            if self._stop.wait(self.interval):
+                return
+
+    def prometheus_text(self) -> str:
+        """The Prometheus exposition of this rank (what the endpoint serves)."""
+        from astream.metrics.prometheus import render
+
+        return render(self.records(), rank=self.rank, streams=self.streams())
+
+    def serve(self, port: int = 0, host: str = "127.0.0.1") -> str:
+        """Serve :meth:`prometheus_text` at ``http://host:port/metrics``; returns the URL.
+        ``port=0`` picks a free port. One endpoint per ``Metrics``."""
+        from astream.metrics.prometheus import Exporter
+
+        if self.exporter is not None:
+            from astream.errors import ConfigError
+
+            raise ConfigError(f"this Metrics already serves {self.exporter.url}")
+        try:
+            self.exporter = Exporter(self.prometheus_text, port=port, host=host)
+        except OSError as exc:
+            from astream.errors import ConfigError
+
+            raise ConfigError(
+                f"prometheus_port={port}: cannot listen on {host}:{port} ({exc.strerror or exc})"
+            ) from exc
+        self._write_job()
+        return str(self.exporter.url)
+
+    @property
+    def url(self) -> str | None:
+        """The Prometheus endpoint's URL, None if not serving."""
+        return None if self.exporter is None else str(self.exporter.url)
+
+    def format(self, snap: dict[str, float] | None = None) -> str:
+        s = snap or self.snapshot()
+        return (
+            f"{s['samples']:.0f} samples, {s['bytes_fetched'] / 1e6:.1f} MB fetched in "
+            f"{s['shards_fetched']:.0f} shards / {s['range_requests']:.0f} requests, cache "
+            f"hits {s['cache_hits']:.0f} misses {s['cache_misses']:.0f} evictions "
+            f"{s['evictions']:.0f}, retries {s['retries']:.0f}, integrity retries "
+            f"{s['integrity_retries']:.0f}, waited "
+            f"{s['wait_seconds']:.2f} s ({s['processes']:.0f} processes)"
+        )
+
+    def start_logging(
+        self, interval: float = 30.0, logger: logging.Logger | None = None, level: int = 20
+    ) -> None:
+        """Log :meth:`format` every ``interval`` seconds from a daemon thread."""
+        if self._logger_thread is not None:
+            return
+        log = logger or _log
+
+        def loop() -> None:
+            while not self._stop.wait(interval):
+                log.log(level, "astream: %s", self.format())
+
+        self._logger_thread = threading.Thread(target=loop, name="astream-log", daemon=True)
+        self._logger_thread.start()
+
+    def close(self) -> None:
+        """Stop the endpoint and the threads, and remove the job's directory."""
+        self._stop.set()
+        if self.exporter is not None:
+            self.exporter.close()
+            self.exporter = None
+        for t in (self._logger_thread, self._publisher):
+            if t is not None:
+                t.join()
+        self._logger_thread = self._publisher = None
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> Metrics:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
