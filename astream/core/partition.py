@@ -148,9 +148,7 @@ class SubPlan:
             hit = self._blocks.get((c, b))
             if hit is not None:  # computed meanwhile by another thread: the same permutation
                 return hit
-            while (
-                self._blocks and self._cached + size > _CACHE_ELEMENTS and len(self._blocks) >= 2
-            ):
+            while self._blocks and self._cached + size > _CACHE_ELEMENTS and len(self._blocks) >= 2:
                 _, old = self._blocks.popitem(last=False)
                 self._cached -= len(old)
             self._blocks[(c, b)] = small

@@ -46,7 +46,7 @@ class Stats:
         key = remote or ""
         self.stream_bytes[key] = self.stream_bytes.get(key, 0) + n
 
-    def count_streams(self, groups: Sequence[Any], shard_stream: Sequence[int]) -> None:
+    def count_streams(self, groups: Sequence[Any], shard_stream: Any) -> None:
         """Add a decoded batch's samples to their streams (``groups``: ``batch_groups``)."""
         per = self.stream_samples
         for s, positions, _ in groups:

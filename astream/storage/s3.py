@@ -74,6 +74,7 @@ async def _warm_loader() -> Any:
         _loader, _loader_pid = await asyncio.to_thread(_load_models), os.getpid()
     return _loader
 
+
 class S3Backend:
     def __init__(
         self,
