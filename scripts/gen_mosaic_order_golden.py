@@ -8,6 +8,12 @@ case of ``CASES``, the reference's global sample order of one epoch:
 ``streaming.base.shuffle.get_shuffle(algo, shard_sizes, num_canonical_nodes, seed, epoch,
 block_size)``. Each array is stored as int32 under the key ``"{case index}"``; the case table
 itself (with the shard sizes) is stored as JSON under ``"cases"``.
+
+``world.npz`` holds, for every case of ``world_cases()``, what the reference's random batching
+(``generate_work_random_batching``, the function ``StreamingDataset`` iterates) deals to every
+(node, rank, worker): its array ``[nodes, ranks, workers, batches, batch]`` with ``-1`` fillers,
+as int16. Streams are read whole (``resample_streams`` of a whole stream: one shuffle unit per
+shard, ids in index order).
 """
 
 from __future__ import annotations
@@ -56,6 +62,81 @@ def cases() -> list[dict]:
     return out
 
 
+STREAM_SETS = {
+    "one": [[7, 130, 1, 55, 300, 12, 90, 45, 33, 200, 5, 82]],
+    "three": [[40, 25, 61], [100, 3, 50], [70, 35]],
+}
+SHAPES = ((1, 1, 1), (1, 2, 2), (2, 2, 2))
+BATCH = 4
+
+
+def world_cases() -> list[dict]:
+    """algorithm x canonical nodes x world shape x epoch x stream set, shuffled; and unshuffled
+    (totals 960 and 384: multiples of 8 canonical nodes x 8 workers... no padding, see below)
+    once per (canonical nodes, shape, epoch, stream set), as the algorithm plays no part."""
+    out = []
+    for algo in (*ALGOS, None):
+        for ncn in (1, 2, 8):
+            for shape in SHAPES:
+                for epoch in (0, 1):
+                    for streams in STREAM_SETS:
+                        block = 100 if ncn != 2 else max(4_000_000 // ncn, 1 << 18)
+                        out.append(
+                            {
+                                "algo": algo or "py1e",
+                                "shuffle": algo is not None,
+                                "ncn": ncn,
+                                "shape": list(shape),
+                                "epoch": epoch,
+                                "streams": streams,
+                                "block": block,
+                                "seed": 17,
+                                "partition_algo": "orig" if ncn == 8 else "relaxed",
+                            }
+                        )
+    return out
+
+
+def _reference_work(c: dict, start: int = 0):
+    from types import SimpleNamespace
+
+    import numpy as np
+    from streaming.base.batching.random import generate_work_random_batching
+
+    stream_sizes = STREAM_SETS[c["streams"]]
+    flat = np.array([x for s in stream_sizes for x in s], np.int64)
+
+    def resample_streams(epoch: int, stream_id: int | None = None):
+        return flat.copy(), np.arange(int(flat.sum()), dtype=np.int64)
+
+    fake = SimpleNamespace(
+        num_canonical_nodes=c["ncn"],
+        batch_size=BATCH,
+        resample_streams=resample_streams,
+        partition_algo=c["partition_algo"],
+        epoch_size=int(flat.sum()),
+        initial_physical_nodes=None,
+        shuffle=c["shuffle"],
+        shuffle_algo=c["algo"],
+        shuffle_seed=c["seed"],
+        shuffle_block_size=c["block"],
+    )
+    pn, rpn, workers = c["shape"]
+    world = SimpleNamespace(num_nodes=pn, ranks_per_node=rpn, workers_per_rank=workers)
+    return generate_work_random_batching(fake, world, c["epoch"], start)  # type: ignore[arg-type]
+
+
+def _world() -> None:
+    import numpy as np
+
+    arrays = {}
+    table = world_cases()
+    for k, c in enumerate(table):
+        arrays[str(k)] = np.asarray(_reference_work(c), np.int16)
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "streams": STREAM_SETS}
+    np.savez_compressed(os.path.join(OUT, "world.npz"), cases=json.dumps(meta), **arrays)
+
+
 def _inner() -> None:
     import warnings
 
@@ -72,6 +153,7 @@ def _inner() -> None:
         arrays[str(k)] = np.asarray(ids, np.int32)
     meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "shards": SHARDS}
     np.savez_compressed(os.path.join(OUT, "shuffle.npz"), cases=json.dumps(meta), **arrays)
+    _world()
 
 
 def main() -> int:

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from astream.core import refshuffle
 from astream.core.mixing import (
     PartialSelection,
     Pieces,
@@ -145,9 +146,11 @@ def check_options(
 
 
 def _check_options(shuffle_algo: str, sampling_method: str, batching_method: str) -> None:
-    if shuffle_algo in REFERENCE_ALGOS:
-        raise ConfigError(f"shuffle_algo={shuffle_algo!r} is not supported yet (use 'astream')")
-    if shuffle_algo != "astream":
+    if shuffle_algo == "py1b":
+        raise ConfigError(
+            "shuffle_algo='py1b' does not exist in mosaicml-streaming 0.13.0: use 'py1br' or 'py1e'"
+        )
+    if shuffle_algo != "astream" and shuffle_algo not in refshuffle.REFERENCE_ALGOS:
         raise ConfigError(f"shuffle_algo: unknown algorithm {shuffle_algo!r}")
     if sampling_method not in ("balanced", "fixed"):
         raise ConfigError(
@@ -189,7 +192,13 @@ def plan_epoch(
         partition_algo=partition_algo,
     )
     sizes = _check_streams(streams)
-    block = default_block_size(sizes) if shuffle_block_size is None else shuffle_block_size
+    reference = bool(shuffle) and shuffle_algo != "astream"
+    if shuffle_block_size is not None:
+        block = shuffle_block_size
+    elif reference:
+        block = refshuffle.default_block_size(ncn)
+    else:
+        block = default_block_size(sizes)
     check_positive_int("shuffle_block_size", block)
     chosen = choose_per_stream(
         [int(a.sum()) for a in sizes],
@@ -200,6 +209,26 @@ def plan_epoch(
     )
     if int(chosen.sum()) == 0:
         raise ConfigError("streams: the weights choose no sample at all for this epoch")
+    if reference:
+        _check_reference_scope(shuffle_algo, batching_method, sizes, chosen)
+        plan = plan_epoch(
+            streams,
+            seed=seed,
+            epoch=epoch,
+            num_canonical_nodes=ncn,
+            batch_size=bs,
+            shuffle=False,
+            shuffle_block_size=block,
+            epoch_size=epoch_size,
+            sampling_method=sampling_method,
+            sampling_granularity=sampling_granularity,
+            batching_method=batching_method,
+            global_batch_size=global_batch_size,
+            partition_algo=partition_algo,
+        )
+        units = np.concatenate(sizes).astype(np.int64)
+        plan._ref_perm = refshuffle.get_shuffle(shuffle_algo, units, ncn, seed, epoch, block)
+        return plan
     balanced = sampling_method == "balanced"
     partial_epoch = epoch if balanced else 0
     # the reference re-draws how many samples each shard gives only when shuffling (balanced);
@@ -275,6 +304,21 @@ def plan_epoch(
     pieces, partials = pieces_for(k * full_strata)
     subs = [make(p, s + 1) for s, p in enumerate(pieces)]
     return EpochPlan(subs, k, bs, block, ncn, sizes, partition_algo=partition_algo)
+
+
+def _check_reference_scope(algo: str, batching_method: str, sizes: list[I64], chosen: I64) -> None:
+    """The reference algorithms are implemented for whole streams under random batching."""
+    if batching_method != "random":
+        raise ConfigError(
+            f"batching_method={batching_method!r} with shuffle_algo={algo!r} is not supported "
+            f"yet: use batching_method='random' (or shuffle_algo='astream')"
+        )
+    whole = np.array([int(a.sum()) for a in sizes], np.int64)
+    if not np.array_equal(whole, np.asarray(chosen, np.int64)):
+        raise ConfigError(
+            f"streams: shuffle_algo={algo!r} is supported only when every stream is read whole "
+            f"(no proportion/repeat/choose/epoch_size resampling yet); use shuffle_algo='astream'"
+        )
 
 
 def _check_full_batches(full: I64, chosen: I64, what: str) -> None:
@@ -365,6 +409,9 @@ def _stratum_counts(stratum: int, weights: NDArray[np.float64], chosen: I64) -> 
 class EpochPlan:
     """The planned global sequence of one epoch, and how it is dealt (see module docstring)."""
 
+    # position -> index-order position under a reference shuffle_algo (see plan_epoch)
+    _ref_perm: I64 | None = None
+
     def __init__(
         self,
         subs: list[SubPlan],
@@ -403,6 +450,12 @@ class EpochPlan:
         return self.ids_at(np.arange(start, stop, dtype=np.int64))
 
     def ids_at(self, pos: I64) -> I64:
+        """Ids at global positions; under a reference shuffle_algo, the index-order id at a
+        position is the reference's dealt position, which its shuffle maps to the id."""
+        ids = self._index_ids_at(pos)
+        return ids if self._ref_perm is None else self._ref_perm[ids]
+
+    def _index_ids_at(self, pos: I64) -> I64:
         """Ids at global positions (a position ``p >= N`` reads ``G[(p - N) mod N]``; dealing
         never asks for one: its padding reads real positions, see ``rank_positions``)."""
         n = self.num_samples
