@@ -12,7 +12,8 @@ itself (with the shard sizes) is stored as JSON under ``"cases"``.
 ``world.npz`` holds, for every case of ``world_cases()``, what the reference's random batching
 (``generate_work_random_batching``, the function ``StreamingDataset`` iterates) deals to every
 (node, rank, worker): its array ``[nodes, ranks, workers, batches, batch]`` with ``-1`` fillers,
-as int16. Streams are read whole (``resample_streams`` of a whole stream: one shuffle unit per
+as int16; ``resume.npz`` the same from reference checkpoints (``resume_cases``). Streams are
+read whole (``resample_streams`` of a whole stream: one shuffle unit per
 shard, ids in index order).
 """
 
@@ -137,6 +138,50 @@ def _world() -> None:
     np.savez_compressed(os.path.join(OUT, "world.npz"), cases=json.dumps(meta), **arrays)
 
 
+def resume_cases() -> list[dict]:
+    """Checkpoints as the reference writes them (``StreamingDataset.state_dict``: the keys
+    epoch, sample_in_epoch, num_canonical_nodes, shuffle_seed, initial_physical_nodes) at three
+    positions of an epoch, per algorithm and shape; ``start`` 0 is the uninterrupted epoch."""
+    out = []
+    for algo in ALGOS:
+        for shape in SHAPES:
+            ranks = shape[0] * shape[1]
+            for start in (0, 4 * ranks * 3, 4 * ranks * 50, 960 - 4 * ranks):
+                out.append(
+                    {
+                        "algo": algo,
+                        "shuffle": True,
+                        "ncn": 2,
+                        "shape": list(shape),
+                        "epoch": 1,
+                        "streams": "one",
+                        "block": 100,
+                        "seed": 23,
+                        "partition_algo": "relaxed",
+                        "state": {
+                            "epoch": 1,
+                            "sample_in_epoch": start,
+                            "num_canonical_nodes": 2,
+                            "shuffle_seed": 23,
+                            "initial_physical_nodes": shape[0],
+                        },
+                    }
+                )
+    return out
+
+
+def _resume() -> None:
+    import numpy as np
+
+    arrays = {}
+    table = resume_cases()
+    for k, c in enumerate(table):
+        work = _reference_work(c, c["state"]["sample_in_epoch"])
+        arrays[str(k)] = np.asarray(work, np.int16)
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "streams": STREAM_SETS}
+    np.savez_compressed(os.path.join(OUT, "resume.npz"), cases=json.dumps(meta), **arrays)
+
+
 def _inner() -> None:
     import warnings
 
@@ -154,6 +199,7 @@ def _inner() -> None:
     meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "shards": SHARDS}
     np.savez_compressed(os.path.join(OUT, "shuffle.npz"), cases=json.dumps(meta), **arrays)
     _world()
+    _resume()
 
 
 def main() -> int:

@@ -45,3 +45,30 @@ def test_dataloader_yields_the_reference_order(local_dataset: Any, algo: str, nc
     assert got == want
     # one rank, whole epoch: every sample exactly once
     assert sorted(x for b in got for x in b) == list(range(int(sizes.sum())))
+
+
+def test_reference_checkpoint_resumes_in_the_reference_order(local_dataset: Any) -> None:
+    """A dict with the reference's state_dict keys, loaded into StreamingDataset: the real
+    DataLoader continues with the rest of the same (py1e) epoch; prefix + rest == whole."""
+    path = local_dataset[0]
+    kw: dict[str, Any] = dict(shuffle=True, shuffle_algo="py1e", shuffle_block_size=300)
+    whole = [
+        b
+        for b in StreamingDataLoader(
+            StreamingDataset(local=path, batch_size=4, num_canonical_nodes=2, shuffle_seed=5, **kw),
+            batch_size=4, num_workers=2, collate_fn=collate,
+        )
+    ]  # fmt: skip
+    # the reference's checkpoint after 40 samples; this dataset was built with other values
+    state = {
+        "epoch": 0,
+        "sample_in_epoch": 40,
+        "num_canonical_nodes": 2,
+        "shuffle_seed": 5,
+        "initial_physical_nodes": 1,
+    }
+    ds = StreamingDataset(local=path, batch_size=4, num_canonical_nodes=3, shuffle_seed=9, **kw)
+    ds.load_state_dict(state)
+    rest = list(StreamingDataLoader(ds, batch_size=4, num_workers=2, collate_fn=collate))
+    flat = [x for b in whole for x in b]
+    assert flat[:40] + [x for b in rest for x in b] == flat
