@@ -13,7 +13,8 @@ itself (with the shard sizes) is stored as JSON under ``"cases"``.
 (``generate_work_random_batching``, the function ``StreamingDataset`` iterates) deals to every
 (node, rank, worker): its array ``[nodes, ranks, workers, batches, batch]`` with ``-1`` fillers,
 as int16; ``resume.npz`` the same from reference checkpoints (``resume_cases``). Streams are
-read whole (``resample_streams`` of a whole stream: one shuffle unit per
+read whole; ``resampled.npz`` holds three streams resampled by ``choose`` (through the
+reference's own ``resample_streams``). (``resample_streams`` of a whole stream: one shuffle unit per
 shard, ids in index order).
 """
 
@@ -182,6 +183,87 @@ def _resume() -> None:
     np.savez_compressed(os.path.join(OUT, "resume.npz"), cases=json.dumps(meta), **arrays)
 
 
+# three streams resampled: upsampled with a partial copy, downsampled, repeated twice
+RESAMPLED = {"streams": "three", "choose": [200, 60, 220]}
+
+
+def resampled_cases() -> list[dict]:
+    """algorithm x canonical nodes x shape x epoch, three resampled streams; sampling_method
+    balanced, granularity 1, except fixed / granularity 4 on epoch 1 with 2 canonical nodes."""
+    out = []
+    for algo in ALGOS:
+        for ncn in (1, 2, 8):
+            for shape in SHAPES:
+                for epoch in (0, 1):
+                    odd = epoch == 1 and ncn == 2
+                    out.append(
+                        {
+                            "algo": algo,
+                            "shuffle": True,
+                            "ncn": ncn,
+                            "shape": list(shape),
+                            "epoch": epoch,
+                            "streams": "three",
+                            "choose": RESAMPLED["choose"],
+                            "sampling_method": "fixed" if odd else "balanced",
+                            "granularity": 4 if odd else 1,
+                            "block": 100,
+                            "seed": 31,
+                            "partition_algo": "relaxed",
+                        }
+                    )
+    return out
+
+
+def _resampled_work(c: dict):
+    from types import SimpleNamespace
+
+    import numpy as np
+    from streaming.base.batching.random import generate_work_random_batching
+    from streaming.base.dataset import StreamingDataset
+
+    stream_sizes = STREAM_SETS[c["streams"]]
+    flat = np.array([x for s in stream_sizes for x in s], np.int64)
+    counts = [len(s) for s in stream_sizes]
+    fake = SimpleNamespace(
+        shuffle_seed=c["seed"],
+        sampling_method=c["sampling_method"],
+        num_streams=len(stream_sizes),
+        shard_offset_per_stream=np.cumsum([0, *counts[:-1]]).astype(np.int64),
+        shards_per_stream=np.array(counts, np.int64),
+        samples_per_shard=flat,
+        sample_offset_per_shard=(np.cumsum(flat) - flat).astype(np.int64),
+        streams=[SimpleNamespace(choose=x) for x in c["choose"]],
+        sampling_granularity=c["granularity"],
+        epoch_seed_change=c["shuffle"] and c["sampling_method"] == "balanced",
+        num_canonical_nodes=c["ncn"],
+        batch_size=BATCH,
+        partition_algo=c["partition_algo"],
+        epoch_size=sum(c["choose"]),
+        initial_physical_nodes=None,
+        shuffle=c["shuffle"],
+        shuffle_algo=c["algo"],
+        shuffle_block_size=c["block"],
+    )
+    fake.resample_streams = lambda epoch, stream_id=None: StreamingDataset.resample_streams(
+        fake, epoch, stream_id
+    )
+    pn, rpn, workers = c["shape"]
+    world = SimpleNamespace(num_nodes=pn, ranks_per_node=rpn, workers_per_rank=workers)
+    return generate_work_random_batching(fake, world, c["epoch"], 0)  # type: ignore[arg-type]
+
+
+def _resampled() -> None:
+    import numpy as np
+
+    arrays = {}
+    table = resampled_cases()
+    for k, c in enumerate(table):
+        arrays[str(k)] = np.asarray(_resampled_work(c), np.int16)
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "streams": STREAM_SETS}
+    np.savez_compressed(os.path.join(OUT, "resampled.npz"), cases=json.dumps(meta), **arrays)
+
+
 def _inner() -> None:
     import warnings
 
@@ -200,6 +282,7 @@ def _inner() -> None:
     np.savez_compressed(os.path.join(OUT, "shuffle.npz"), cases=json.dumps(meta), **arrays)
     _world()
     _resume()
+    _resampled()
 
 
 def main() -> int:

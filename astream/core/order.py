@@ -210,7 +210,7 @@ def plan_epoch(
     if int(chosen.sum()) == 0:
         raise ConfigError("streams: the weights choose no sample at all for this epoch")
     if reference:
-        _check_reference_scope(shuffle_algo, batching_method, sizes, chosen)
+        _check_reference_scope(shuffle_algo, batching_method)
         plan = plan_epoch(
             streams,
             seed=seed,
@@ -226,8 +226,21 @@ def plan_epoch(
             global_batch_size=global_batch_size,
             partition_algo=partition_algo,
         )
-        units = np.concatenate(sizes).astype(np.int64)
-        plan._ref_perm = refshuffle.get_shuffle(shuffle_algo, units, ncn, seed, epoch, block)
+        units, small = refshuffle.resample(
+            sizes, chosen.tolist(), sampling_granularity, seed, epoch, sampling_method == "balanced"
+        )
+        n = int(units.sum())
+        # L: the reference's dealt position at each of our positions (a one-shard probe plan)
+        probe = plan_epoch(
+            [StreamSpec(np.array([n], np.int64))], seed=seed, epoch=0,
+            num_canonical_nodes=ncn, batch_size=bs, shuffle=False,
+            partition_algo=partition_algo,
+        )  # fmt: skip
+        at = probe.ids_at(np.arange(n, dtype=np.int64))
+        perm = refshuffle.get_shuffle(shuffle_algo, units, ncn, seed, epoch, block)
+        assert plan.num_samples == n == len(small)
+        # the reference maps its dealt position b to small[perm[b]]
+        plan._ref_ids = small[perm[at]]
         return plan
     balanced = sampling_method == "balanced"
     partial_epoch = epoch if balanced else 0
@@ -306,18 +319,12 @@ def plan_epoch(
     return EpochPlan(subs, k, bs, block, ncn, sizes, partition_algo=partition_algo)
 
 
-def _check_reference_scope(algo: str, batching_method: str, sizes: list[I64], chosen: I64) -> None:
-    """The reference algorithms are implemented for whole streams under random batching."""
+def _check_reference_scope(algo: str, batching_method: str) -> None:
+    """The reference algorithms are implemented under random batching."""
     if batching_method != "random":
         raise ConfigError(
             f"batching_method={batching_method!r} with shuffle_algo={algo!r} is not supported "
             f"yet: use batching_method='random' (or shuffle_algo='astream')"
-        )
-    whole = np.array([int(a.sum()) for a in sizes], np.int64)
-    if not np.array_equal(whole, np.asarray(chosen, np.int64)):
-        raise ConfigError(
-            f"streams: shuffle_algo={algo!r} is supported only when every stream is read whole "
-            f"(no proportion/repeat/choose/epoch_size resampling yet); use shuffle_algo='astream'"
         )
 
 
@@ -409,8 +416,8 @@ def _stratum_counts(stratum: int, weights: NDArray[np.float64], chosen: I64) -> 
 class EpochPlan:
     """The planned global sequence of one epoch, and how it is dealt (see module docstring)."""
 
-    # position -> index-order position under a reference shuffle_algo (see plan_epoch)
-    _ref_perm: I64 | None = None
+    # position -> sample id under a reference shuffle_algo (see plan_epoch)
+    _ref_ids: I64 | None = None
 
     def __init__(
         self,
@@ -450,10 +457,12 @@ class EpochPlan:
         return self.ids_at(np.arange(start, stop, dtype=np.int64))
 
     def ids_at(self, pos: I64) -> I64:
-        """Ids at global positions; under a reference shuffle_algo, the index-order id at a
-        position is the reference's dealt position, which its shuffle maps to the id."""
-        ids = self._index_ids_at(pos)
-        return ids if self._ref_perm is None else self._ref_perm[ids]
+        """Ids at global positions; under a reference shuffle_algo, read from the table
+        plan_epoch built from the reference's resampling and shuffle."""
+        if self._ref_ids is None:
+            return self._index_ids_at(pos)
+        n = self.num_samples
+        return self._ref_ids[np.where(pos >= n, (pos - n) % n, pos)]
 
     def _index_ids_at(self, pos: I64) -> I64:
         """Ids at global positions (a position ``p >= N`` reads ``G[(p - N) mod N]``; dealing

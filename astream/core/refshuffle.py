@@ -23,6 +23,13 @@ numpy ``Generator`` (PCG64) calls, with the same seeds, arguments and in the sam
             of at most ``(block - span) / 2`` positions, and the part sorted by position;
   ``naive`` one global permutation of all samples.
 
+Resampled streams (``proportion``/``repeat``/``choose``/``epoch_size``): :func:`resample`
+reproduces the reference's per-shard draw (:func:`shard_choices`: whole copies, then picks of
+``sampling_granularity`` samples in a drawn order) and its index-order id table (full copies,
+then a sorted random subset); the shuffle then runs over the per-copy "shuffle units". The
+planner (``core.order.plan_epoch``) deals positions as the reference does and maps a dealt
+position ``b`` to ``ids[perm[b]]``, so this costs O(epoch) memory, as in the reference.
+
 ``Generator.shuffle`` draws the same numbers for a Python list as for a 1-D array of the same
 length, so spans are permuted here as index arrays. ``py1b`` does not exist in 0.13.0 (its
 ``get_shuffle`` has no such key), so it is not offered. Pure numpy; nothing here does I/O.
@@ -42,6 +49,8 @@ __all__ = [
     "default_num_canonical_nodes",
     "divide_spans",
     "get_shuffle",
+    "resample",
+    "shard_choices",
 ]
 
 Spans = list[tuple[int, int]]
@@ -257,6 +266,60 @@ REFERENCE_ALGOS: dict[str, Callable[..., NDArray[np.int64]]] = {
     "py2s": _py2s,
     "naive": _naive,
 }
+
+
+def shard_choices(
+    sizes: I64, choose: int, granularity: int, seed: int, epoch: int, use_epoch: bool
+) -> I64:
+    """How many samples each shard of one stream gives this epoch (the reference's draw):
+    whole multiples of the stream first, then the remainder in picks of ``granularity``
+    samples, in an order drawn from ``default_rng(seed [+ epoch])``."""
+    sizes = np.asarray(sizes, np.int64)
+    total = int(sizes.sum())
+    if choose % total == 0:
+        return sizes * (choose // total)
+    picks = (sizes + granularity - 1) // granularity
+    pick_shard = np.repeat(np.arange(len(sizes)), picks)
+    pick_len = np.full(int(picks.sum()), granularity, np.int64)
+    pick_len[np.cumsum(picks) - 1] = sizes - (picks - 1) * granularity
+    order = np.random.default_rng(seed + epoch if use_epoch else seed).permutation(len(pick_len))
+    out = sizes * (choose // total)
+    left = choose % total
+    for pick in order:
+        take = min(left, int(pick_len[pick]))
+        out[pick_shard[pick]] += take
+        left -= take
+        if not left:
+            break
+    return out
+
+
+def resample(
+    streams: Sequence[I64],
+    chosen: Sequence[int],
+    granularity: int,
+    seed: int,
+    epoch: int,
+    use_epoch: bool,
+) -> tuple[I64, I64]:
+    """The reference's shuffle units (per shard: full copies, then the partial one) and the
+    sample id of every index-order position (full copies in order, then a sorted random subset
+    drawn from ``default_rng(seed [+ epoch])``), over all streams."""
+    rng = np.random.default_rng(seed + epoch if use_epoch else seed)
+    units: list[int] = []
+    ids: list[I64] = []
+    offset = 0
+    for sizes, choose in zip(streams, chosen):
+        per_shard = shard_choices(sizes, int(choose), granularity, seed, epoch, use_epoch)
+        for n, c in zip(np.asarray(sizes, np.int64).tolist(), per_shard.tolist()):
+            full, part = divmod(c, n) if n else (0, 0)
+            units += [n] * full + ([part] if part else [])
+            ids += [offset + np.arange(n, dtype=np.int64)] * full
+            if part:
+                ids.append(np.sort(offset + rng.choice(n, part, False)))
+            offset += n
+    flat = np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, np.int64)
+    return np.array(units, np.int64), flat
 
 
 def get_shuffle(
