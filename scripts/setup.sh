@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q -c scripts/constraints.txt -e ".[all,test,trainers]"
+.venv/bin/python -m pip install -q -c scripts/constraints.txt -e ".[all,test,trainers,spark,ray]"
 if [ "${1:-}" = "--emulators" ]; then
   # Azurite (Azure Blob emulator) from npm, 3.35.0: 3.36+ needs Node 21+.
   if [ ! -x .tools/node_modules/.bin/azurite ]; then

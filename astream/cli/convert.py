@@ -44,6 +44,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--hashes", default="", help="comma-separated, e.g. xxh64,sha1")
     p.add_argument("--size-limit", default="64mb", help="shard size limit (default 64mb)")
     p.add_argument("--workers", type=int, default=1, help="writer processes (default 1)")
+    p.add_argument(
+        "--engine",
+        choices=["local", "spark", "ray"],
+        default="local",
+        help="local processes (default), or a local Spark / Ray run (see docs/spark.md)",
+    )
     p.add_argument("--exist-ok", action="store_true", help="replace an existing local output")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     p.set_defaults(func=run)
@@ -184,6 +190,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    if getattr(args, "engine", "local") != "local":
+        from astream.cli.engines import run_engine
+
+        return run_engine(args)
     src = open_source(args.input, args.format)
     total = src.count()
     if total == 0:
