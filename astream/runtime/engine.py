@@ -28,14 +28,16 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from astream.core.batchdecode import ColumnBatch
 from astream.core.shard import header_size, parse_offsets
 from astream.errors import FormatError
 from astream.runtime import bridge
+from astream.runtime.batch import BatchLayouts, locate_batch
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
 from astream.runtime.fetch import ShardFetcher
@@ -122,16 +124,9 @@ class Engine:
         return await fetcher.download(self.catalog.shards[s], block=block)
 
     # -- iteration -----------------------------------------------------------------------------
-    def iter_samples(
-        self, batches: Batches, cursor: list[Any] | None = None
-    ) -> Iterator[dict[str, Any]]:
-        """Decoded samples of ``batches`` in order (synchronous consumer).
-
-        ``cursor`` (``[samples of finished batches, iterator of the current batch, its size]``)
-        lets the caller count the samples consumed at no per-sample cost: the current batch's
-        list iterator knows how many of its items are left."""
-        parts = self._parts()
-        stats: Stats = parts["stats"]
+    def _sync_reader(self, batches: Batches) -> tuple[Lookahead, Prefetcher, ShardOpener, Any]:
+        """The lookahead, prefetcher, opener and ``open_shard`` of one synchronous iteration."""
+        stats: Stats = self._parts()["stats"]
         opener = self._opener()
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
@@ -150,6 +145,18 @@ class Engine:
                 la.forget(s)
             return h
 
+        return la, pf, opener, open_shard
+
+    def iter_samples(
+        self, batches: Batches, cursor: list[Any] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Decoded samples of ``batches`` in order (synchronous consumer).
+
+        ``cursor`` (``[samples of finished batches, iterator of the current batch, its size]``)
+        lets the caller count the samples consumed at no per-sample cost: the current batch's
+        list iterator knows how many of its items are left."""
+        stats: Stats = self._parts()["stats"]
+        la, pf, opener, open_shard = self._sync_reader(batches)
         try:
             for groups, size in la:
                 batch = decode_batch(groups, size, open_shard)
@@ -165,6 +172,32 @@ class Engine:
                     cursor[1] = it = iter(batch)
                     cursor[2] = len(batch)
                     yield from it
+        finally:
+            pf.cancel()
+            opener.release_all()
+
+    def iter_columns(
+        self,
+        batches: Batches,
+        finish: Callable[[ColumnBatch], Any],
+        ragged: str,
+        cursor: list[Any] | None = None,
+    ) -> Iterator[Any]:
+        """Each planned batch of ``batches`` as columns (see :mod:`astream.runtime.batch`):
+        located in its shards, then ``finish(column_batch)`` (which allocates and fills it) is
+        yielded. ``cursor[0]`` counts the samples of the batches handed out."""
+        stats: Stats = self._parts()["stats"]
+        la, pf, opener, open_shard = self._sync_reader(batches)
+        layouts = BatchLayouts(self.catalog)
+        try:
+            for groups, size in la:
+                out = finish(locate_batch(groups, size, open_shard, layouts, ragged))
+                stats.samples += size
+                if opener.pinning:
+                    opener.release_all()
+                if cursor is not None:
+                    cursor[0] += size
+                yield out
         finally:
             pf.cancel()
             opener.release_all()

@@ -52,7 +52,7 @@ class OpenShard:
     re-opening a shard -- which a pinning consumer does every batch -- costs one ``mmap``.
     """
 
-    __slots__ = ("_mm", "_mv", "_off", "_pin", "decode")
+    __slots__ = ("_arrays", "_mm", "_mv", "_off", "_pin", "decode")
 
     def __init__(
         self, path: str, offsets: list[int], decoder: SampleDecoder | SplitDecoder
@@ -65,7 +65,14 @@ class OpenShard:
             raise FormatError(f"shard is {len(self._mm)} bytes, expected {offsets[-1]}", path)
         self._mv = memoryview(self._mm)
         self._off = offsets
+        self._arrays: tuple[Any, Any] | None = None
         self.decode = decoder.decode
+
+    def arrays(self) -> tuple[Any, Any]:
+        """(the shard as uint8, its offsets as int64) for the columnar decoder (runtime/batch)."""
+        if self._arrays is None:
+            self._arrays = (np.frombuffer(self._mm, np.uint8), np.asarray(self._off, np.int64))
+        return self._arrays
 
     def sample(self, i: int) -> dict[str, Any]:
         off = self._off
@@ -77,6 +84,7 @@ class OpenShard:
         return [dec(mv[off[i] : off[i + 1]]) for i in indices]
 
     def close(self) -> None:
+        self._arrays = None
         self._mv.release()
         try:
             self._mm.close()

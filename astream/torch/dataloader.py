@@ -25,8 +25,10 @@ from typing import Any
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
+from astream.core.batchdecode import batch_rows
 from astream.errors import ConfigError
 from astream.placement import detect
+from astream.torch.batches import identity as _identity
 from astream.torch.dataset import StreamingDataset
 
 __all__ = ["StreamingDataLoader"]
@@ -61,13 +63,30 @@ class _EpochSampler(_InfiniteConstantSampler):
 
 
 class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
-    """``torch.utils.data.DataLoader`` plus ``state_dict``/``load_state_dict``."""
+    """``torch.utils.data.DataLoader`` plus ``state_dict``/``load_state_dict``.
 
-    def __init__(self, dataset: StreamingDataset, *args: Any, **kwargs: Any) -> None:
+    ``batch_format="numpy"|"torch"`` (with ``ragged="pad"|"offsets"``): each batch is a dict
+    of columns decoded as a whole, handed over from workers through shared memory
+    (docs/batches.md); ``collate_fn`` does not apply then.
+    """
+
+    def __init__(
+        self,
+        dataset: StreamingDataset,
+        *args: Any,
+        batch_format: str | None = None,
+        ragged: str = "pad",
+        **kwargs: Any,
+    ) -> None:
         if not isinstance(dataset, StreamingDataset):
             raise ConfigError(
                 f"StreamingDataLoader needs an astream StreamingDataset, got {type(dataset)!r}"
             )
+        self._core = dataset
+        self._columns = batch_format is not None
+        if batch_format is not None:
+            dataset, kwargs = self._batch_mode(dataset, args, kwargs, batch_format, ragged)
+            args = ()
         super().__init__(dataset, *args, **kwargs)
         from astream.dataset import MAX_WORKERS
 
@@ -76,39 +95,80 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
                 f"num_workers={self.num_workers} is above the supported maximum {MAX_WORKERS} "
                 "DataLoader workers per rank"
             )
-        if dataset.batch_size is None and self.batch_size is not None:
-            dataset.batch_size = self.batch_size
+        core = self._core
+        if self._columns:
+            pass  # the batch size was settled by _batch_mode
+        elif core.batch_size is None and self.batch_size is not None:
+            core.batch_size = self.batch_size
         elif (
-            dataset.batch_size is not None
+            core.batch_size is not None
             and self.batch_size is not None
-            and dataset.batch_size != self.batch_size
+            and core.batch_size != self.batch_size
         ):
             raise ConfigError(
                 f"StreamingDataLoader batch_size={self.batch_size} differs from the dataset's "
-                f"batch_size={dataset.batch_size}; they must match for exact resumption"
+                f"batch_size={core.batch_size}; they must match for exact resumption"
             )
         self.num_samples_yielded = 0
         self._start = 0
         if self.batch_sampler is not None:
             self.batch_sampler.sampler = _EpochSampler(self)  # type: ignore[attr-defined]
 
+    @staticmethod
+    def _batch_mode(
+        ds: StreamingDataset,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        batch_format: str,
+        ragged: str,
+    ) -> tuple[Any, dict[str, Any]]:
+        """The batch view and DataLoader arguments of a ``batch_format`` loader."""
+        if args:
+            raise ConfigError(
+                "StreamingDataLoader(batch_format=...): pass the DataLoader's arguments by "
+                "keyword (batch_size=..., num_workers=...)"
+            )
+        if kwargs.get("collate_fn") is not None:
+            raise ConfigError(
+                "collate_fn cannot be combined with batch_format: the batch is built as "
+                "columns by astream (drop batch_format to collate samples yourself)"
+            )
+        for name in ("sampler", "batch_sampler", "shuffle"):
+            if kwargs.get(name) not in (None, False):
+                raise ConfigError(f"{name} does not apply to a StreamingDataset loader")
+        bs = kwargs.pop("batch_size", 1)
+        if bs is None or isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
+            raise ConfigError(f"batch_format needs batch_size >= 1, got {bs!r}")
+        if ds.batch_size is None:
+            ds.batch_size = bs
+        elif ds.batch_size != bs:
+            raise ConfigError(
+                f"StreamingDataLoader batch_size={bs} differs from the dataset's "
+                f"batch_size={ds.batch_size}; they must match for exact resumption"
+            )
+        drop_last = bool(kwargs.pop("drop_last", False))
+        view = ds.batch_view(batch_format, ragged=ragged, drop_last=drop_last)
+        kwargs.update(batch_size=None, collate_fn=_identity)
+        return view, kwargs
+
     def set_epoch(self, epoch: int) -> None:
         """Run ``epoch`` next, unless it is the epoch the next iteration already runs (perhaps
         resuming mid-way from ``load_state_dict``, which this keeps). Trainers call it at every
         epoch start, which is how a checkpoint taken at an epoch's end resumes in the next."""
-        ds: StreamingDataset = self.dataset  # type: ignore[assignment]
+        ds = self._core
         if ds._normal(*ds._epochs.owner_next())[0] != epoch:
             ds.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        ds: StreamingDataset = self.dataset  # type: ignore[assignment]
+        ds = self._core
         epoch, start = ds._take_epoch()
         gen = ds._epochs.reset(epoch, start)  # what every worker's next iteration runs
         self._start = start
         self.num_samples_yielded = 0
         try:
+            count = batch_rows if self._columns else _batch_len
             for batch in super().__iter__():
-                self.num_samples_yielded += _batch_len(batch)
+                self.num_samples_yielded += count(batch)
                 yield batch
         finally:
             ds._current = (epoch, start)
@@ -117,22 +177,23 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
 
     def remaining_len(self) -> int:
         """Batches this rank's next iteration yields (fewer than ``len`` after resuming)."""
-        ds: StreamingDataset = self.dataset  # type: ignore[assignment]
+        ds = self._core
         n = ds.remaining_len()
-        bs = self.batch_size or 1
-        return n // bs if self.drop_last else -(-n // bs)
+        bs = ds.cfg.batch_or_1 if self._columns else self.batch_size or 1
+        drop = self.dataset.drop_last if self._columns else self.drop_last  # type: ignore[attr-defined]
+        return n // bs if drop else -(-n // bs)
 
     def _ranks(self) -> int:
-        ds: StreamingDataset = self.dataset  # type: ignore[assignment]
+        ds = self._core
         return detect(ds.cfg.replication).world.num_ranks
 
     def state_dict(self) -> dict[str, Any]:
         """The dataset's state at the samples this loader has yielded (all ranks)."""
-        ds: StreamingDataset = self.dataset  # type: ignore[assignment]
+        ds = self._core
         consumed = self.num_samples_yielded * self._ranks()
         return ds.state_dict(consumed, from_beginning=False)
 
     def load_state_dict(self, obj: dict[str, Any]) -> None:
-        ds: StreamingDataset = self.dataset  # type: ignore[assignment]
+        ds = self._core
         ds.load_state_dict(obj)
         self.num_samples_yielded = 0

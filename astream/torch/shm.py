@@ -1,0 +1,272 @@
+"""Zero-copy hand-over of column batches from DataLoader workers: a ring of shared slots.
+
+Theory of operation
+-------------------
+Each DataLoader worker owns a small ring of *slots*: anonymous shared memory
+(``memfd_create``, no name in ``/dev/shm``) mapped in the worker. A batch is decoded straight
+into a free slot (the columnar decoder's allocator is a bump allocator over it), and what the
+worker yields is a :class:`SlotBatch`: a handle that pickles to a few hundred bytes -- the
+slot's id, the batch's sequence number and each column's dtype/shape/offset. The slot's file
+descriptor travels only the first time the slot is used (``multiprocessing``'s ``DupFd``, the
+mechanism torch's own tensor sharing uses); the main process maps it once and keeps the map.
+Unpickling in the main process builds the batch dict: torch tensors (numpy arrays for
+``str`` columns) that are views of that map. Nothing is copied between the processes.
+
+Reuse never overwrites a batch the trainer still holds. A slot's 64-byte header holds two
+counters: the sequence number of the batch written into it (set by the worker) and of the
+batch released (set by the main process when the last array or tensor viewing that batch is
+garbage-collected: a ``weakref.finalize`` on the batch's base array, which every column view
+keeps alive). The worker writes only into a slot whose two counters are equal. When every
+slot of the ring is busy -- a trainer keeping many batches, or a slot too small for this
+batch -- the worker makes a new slot (the ring holds at most ``ring`` slots; beyond that the
+slot is used once and dropped by the worker after its hand-over, like torch's default
+per-batch shared memory). It never waits for the trainer.
+
+Lifetime: a memfd is freed by the kernel when the last descriptor and map of it go away, so a
+worker that exits or is killed (``kill -9``) takes its slots with it, apart from the batches
+the trainer still holds; a killed main process takes everything. The main process keeps the
+maps of the slots of the latest worker process of each (loader, worker id); a new worker with
+that id (a new epoch without ``persistent_workers``) drops the previous one's maps.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+import uuid
+import weakref
+from multiprocessing.reduction import DupFd
+from typing import Any
+
+import numpy as np
+import torch
+
+from astream.core.batchdecode import ColumnBatch
+
+__all__ = ["SlotBatch", "WorkerRing", "mapped_slots"]
+
+_HEAD = 64
+_ALIGN = 64
+_WROTE, _FREED = 0, 1
+
+
+def _round(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+class _Slot:
+    __slots__ = ("announced", "capacity", "fd", "head", "id", "mm", "oneoff", "raw")
+
+    def __init__(self, sid: int, capacity: int, oneoff: bool) -> None:
+        self.id = sid
+        self.capacity = capacity
+        self.oneoff = oneoff
+        self.fd = os.memfd_create(f"astream-batch-{sid}", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(self.fd, capacity)
+            self.mm = mmap.mmap(self.fd, capacity)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.raw = np.frombuffer(self.mm, np.uint8)
+        self.head = self.raw[:_HEAD].view(np.int64)
+        self.announced = False
+
+    def free(self) -> bool:
+        return bool(self.head[_WROTE] == self.head[_FREED])
+
+    def close(self) -> None:
+        """The worker's side only: batches the trainer holds keep their own map."""
+        self.raw = self.head = None  # type: ignore[assignment]
+        try:
+            self.mm.close()
+        except BufferError:
+            pass  # an array of this slot is still referenced in the worker
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class WorkerRing:
+    """The slots of one DataLoader worker (made in the worker, on first use)."""
+
+    def __init__(self, group: str, worker: int, ring: int = 4, min_bytes: int = 1 << 20) -> None:
+        self.group = group
+        self.worker = worker
+        self.ring = ring
+        self.min_bytes = min_bytes
+        self.slots: list[_Slot] = []
+        self.retired: list[int] = []
+        self._next_id = 0
+        self.pid = os.getpid()
+        self.lock = threading.Lock()  # handles pickle in the queue's feeder thread
+
+    def _new(self, need: int, oneoff: bool) -> _Slot:
+        cap = _round(max(self.min_bytes, need + need // 4 + _HEAD), mmap.PAGESIZE)
+        slot = _Slot(self._next_id, cap, oneoff)
+        self._next_id += 1
+        return slot
+
+    def take(self, need: int) -> _Slot:
+        """A free slot of at least ``need`` bytes (after the header)."""
+        with self.lock:
+            free = [s for s in self.slots if s.free()]
+            for s in free:
+                if s.capacity - _HEAD >= need:
+                    return s
+            if free:  # free but too small: replace the smallest
+                small = min(free, key=lambda s: s.capacity)
+                self.slots.remove(small)
+                self.retired.append(small.id)
+                small.close()
+            if len(self.slots) < self.ring:
+                slot = self._new(need, oneoff=False)
+                self.slots.append(slot)
+                return slot
+            return self._new(need, oneoff=True)
+
+    def finish(self, cb: ColumnBatch, as_torch: bool) -> SlotBatch:
+        """Decode ``cb`` into a free slot; the handle to yield."""
+        slot = self.take(cb.nbytes_bound())
+        at = [_HEAD]
+        layout: list[tuple[str, str, tuple[int, ...], int]] = []
+        raw = slot.raw
+
+        def alloc(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+            start = at[0]
+            n = int(np.prod(shape)) * dtype.itemsize
+            if start + n > slot.capacity:
+                raise AssertionError("batch outgrew its bound")  # nbytes_bound is an upper bound
+            at[0] = _round(start + n, _ALIGN)
+            return raw[start : start + n].view(dtype).reshape(shape)
+
+        seq = int(slot.head[_WROTE]) + 1
+        out = cb.finish(alloc)
+        slot.head[_WROTE] = seq
+        for key, arr in out.items():
+            off = int(arr.__array_interface__["data"][0] - raw.__array_interface__["data"][0])
+            layout.append((key, arr.dtype.str, tuple(arr.shape), off))
+        return SlotBatch(self, slot, seq, layout, cb.size, as_torch)
+
+    def _reduce_args(self, slot: _Slot) -> tuple[Any, list[int]]:
+        with self.lock:
+            fd = None
+            if not slot.announced:
+                fd = DupFd(slot.fd)
+                slot.announced = True
+                if slot.oneoff:
+                    slot.close()  # DupFd holds its own duplicate until the main process takes it
+            retired, self.retired = self.retired, []
+            return fd, retired
+
+
+class SlotBatch:
+    """A batch in a worker's slot: pickles to a handle, unpickles to the batch dict."""
+
+    __slots__ = ("as_torch", "layout", "ring", "rows", "seq", "slot")
+
+    def __init__(
+        self,
+        ring: WorkerRing,
+        slot: _Slot,
+        seq: int,
+        layout: list[tuple[str, str, tuple[int, ...], int]],
+        rows: int,
+        as_torch: bool,
+    ) -> None:
+        self.as_torch = as_torch
+        self.ring = ring
+        self.slot = slot
+        self.seq = seq
+        self.layout = layout
+        self.rows = rows
+
+    def __reduce__(self) -> Any:
+        r, s = self.ring, self.slot
+        fd, retired = r._reduce_args(s)
+        owner = (r.group, r.worker, r.pid)
+        args = (owner, s.id, s.capacity, s.oneoff, fd, retired, self.seq, self.layout)
+        return _rebuild, (*args, self.as_torch)
+
+
+# -- main process side --------------------------------------------------------------------------
+_MAPS: dict[tuple[str, int, int, int], mmap.mmap] = {}  # (group, worker, pid, slot) -> map
+_PIDS: dict[tuple[str, int], int] = {}  # (group, worker) -> latest worker pid
+_LOCK = threading.Lock()
+
+
+def mapped_slots() -> int:
+    """Slot maps this process keeps (for tests and leak checks)."""
+    return len(_MAPS)
+
+
+def _release(head: np.ndarray[Any, Any], seq: int) -> None:
+    if head[_FREED] < seq:
+        head[_FREED] = seq
+
+
+def _rebuild(
+    owner: tuple[str, int, int],
+    sid: int,
+    capacity: int,
+    oneoff: bool,
+    fd: Any,
+    retired: list[int],
+    seq: int,
+    layout: list[tuple[str, str, tuple[int, ...], int]],
+    as_torch: bool,
+) -> dict[str, Any]:
+    group, worker, pid = owner
+    with _LOCK:
+        if _PIDS.get((group, worker)) != pid:
+            for key in [k for k in _MAPS if k[:2] == (group, worker)]:
+                del _MAPS[key]  # that worker is gone: live batches keep their own maps
+            _PIDS[(group, worker)] = pid
+        for old in retired:
+            _MAPS.pop((group, worker, pid, old), None)
+        key = (group, worker, pid, sid)
+        if fd is not None:
+            try:
+                f = fd.detach()
+            except (EOFError, OSError) as exc:
+                raise RuntimeError(
+                    f"astream: DataLoader worker {worker} (pid {pid}) died before handing over "
+                    f"its batch slot {sid} (killed by signal?): {exc!r}"
+                ) from None
+            try:
+                mm = mmap.mmap(f, capacity)
+            finally:
+                os.close(f)
+            if not oneoff:
+                _MAPS[key] = mm
+        else:
+            found = _MAPS.get(key)
+            if found is None:
+                raise RuntimeError(
+                    f"astream: batch slot {sid} of DataLoader worker {worker} (pid {pid}) is not "
+                    "mapped in this process (a batch handle delivered to another process?)"
+                )
+            mm = found
+    base = np.frombuffer(mm, np.uint8)
+    weakref.finalize(base, _release, np.frombuffer(mm, np.int64, _HEAD // 8), seq)
+    out: dict[str, Any] = {}
+    for name, dtype, shape, off in layout:
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape)) * dt.itemsize
+        arr = base[off : off + n].view(dt).reshape(shape)
+        out[name] = torch.from_numpy(arr) if as_torch and dt.kind not in "US" else arr
+    return out
+
+
+def new_group() -> str:
+    return uuid.uuid4().hex
+
+
+def forget_group(group: str) -> None:
+    """Drop the maps of a loader's slots (its batch view is gone; held batches keep theirs)."""
+    with _LOCK:
+        for key in [k for k in _MAPS if k[0] == group]:
+            del _MAPS[key]
+        for key2 in [k for k in _PIDS if k[0] == group]:
+            del _PIDS[key2]
