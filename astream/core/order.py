@@ -236,11 +236,21 @@ def plan_epoch(
             num_canonical_nodes=ncn, batch_size=bs, shuffle=False,
             partition_algo=partition_algo,
         )  # fmt: skip
-        at = probe.ids_at(np.arange(n, dtype=np.int64))
+        at = np.empty(n, np.int64)
+        for lo in range(0, n, _PROBE_CHUNK):  # chunked: ids_at's temporaries stay small
+            hi = min(lo + _PROBE_CHUNK, n)
+            at[lo:hi] = probe.ids_at(np.arange(lo, hi, dtype=np.int64))
+        del probe
         perm = refshuffle.get_shuffle(shuffle_algo, units, ncn, seed, epoch, block)
         assert plan.num_samples == n == len(small)
-        # the reference maps its dealt position b to small[perm[b]]
-        plan._ref_ids = small[perm[at]]
+        # the reference maps its dealt position b to small[perm[b]]; composed in place, one
+        # epoch-long array at a time (small is the identity when every shard is read once)
+        np.take(perm, at, out=at)
+        del perm
+        if not np.array_equal(units, np.concatenate(sizes)):
+            np.take(small, at, out=at)
+        del small
+        plan._ref_ids = at
         return plan
     balanced = sampling_method == "balanced"
     partial_epoch = epoch if balanced else 0
@@ -317,6 +327,9 @@ def plan_epoch(
     pieces, partials = pieces_for(k * full_strata)
     subs = [make(p, s + 1) for s, p in enumerate(pieces)]
     return EpochPlan(subs, k, bs, block, ncn, sizes, partition_algo=partition_algo)
+
+
+_PROBE_CHUNK = 1 << 20
 
 
 def _check_reference_scope(algo: str, batching_method: str) -> None:

@@ -318,7 +318,7 @@ def resample(
             if part:
                 ids.append(np.sort(offset + rng.choice(n, part, False)))
             offset += n
-    flat = np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, np.int64)
+    flat = np.concatenate(ids).astype(np.int64, copy=False) if ids else np.zeros(0, np.int64)
     return np.array(units, np.int64), flat
 
 
