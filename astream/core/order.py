@@ -226,9 +226,14 @@ def plan_epoch(
             global_batch_size=global_batch_size,
             partition_algo=partition_algo,
         )
-        units, small = refshuffle.resample(
-            sizes, chosen.tolist(), sampling_granularity, seed, epoch, sampling_method == "balanced"
-        )
+        whole = all(int(c) == int(a.sum()) and bool((a > 0).all()) for a, c in zip(sizes, chosen))
+        if whole:  # every shard read once: the reference's units are the shards, ids the identity
+            units, small = np.concatenate(sizes).astype(np.int64), None
+        else:
+            balanced_draw = sampling_method == "balanced"
+            units, small = refshuffle.resample(
+                sizes, chosen.tolist(), sampling_granularity, seed, epoch, balanced_draw
+            )
         n = int(units.sum())
         # L: the reference's dealt position at each of our positions (a one-shard probe plan)
         probe = plan_epoch(
@@ -242,12 +247,12 @@ def plan_epoch(
             at[lo:hi] = probe.ids_at(np.arange(lo, hi, dtype=np.int64))
         del probe
         perm = refshuffle.get_shuffle(shuffle_algo, units, ncn, seed, epoch, block)
-        assert plan.num_samples == n == len(small)
+        assert plan.num_samples == n and (small is None or len(small) == n)
         # the reference maps its dealt position b to small[perm[b]]; composed in place, one
-        # epoch-long array at a time (small is the identity when every shard is read once)
+        # epoch-long array at a time (no small when every shard is read once: the identity)
         np.take(perm, at, out=at)
         del perm
-        if not np.array_equal(units, np.concatenate(sizes)):
+        if small is not None:
             np.take(small, at, out=at)
         del small
         plan._ref_ids = at
