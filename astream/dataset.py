@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from astream.core.eviction import check_policy
 from astream.core.state import LoaderState
 from astream.errors import CacheError, ConfigError
 from astream.placement import detect
@@ -265,7 +266,9 @@ class StreamingCore:
     ``sampling_granularity`` and ``shuffle_block_size`` <= 2**40, ``cache_limit`` <= 2**63-1
     bytes (table and reasons: :mod:`astream.runtime.config`). ``stream_name``/``stream_config``
     build the single stream of ``remote``/``local`` with a class from
-    ``astream.stream.streams_registry``.
+    ``astream.stream.streams_registry``. ``cache_policy`` (astream's own): which shard a full
+    ``cache_limit`` evicts, ``"next_use"`` (the one the node reads furthest in the future, the
+    default) or ``"lru"`` (least recently used); see docs/plan.md.
     """
 
     def __init__(
@@ -282,6 +285,7 @@ class StreamingCore:
         epoch_size: int | str | None = None,
         predownload: int | None = None,
         cache_limit: int | str | None = None,
+        cache_policy: str = "next_use",
         sampling_method: str = "balanced",
         sampling_granularity: int = 1,
         partition_algo: str = "relaxed",
@@ -328,6 +332,7 @@ class StreamingCore:
         transform = kw["transform"]
         streams, remote, local, split = kw["streams"], kw["remote"], kw["local"], kw["split"]
         keep_zip, allow_unsafe_types = kw["keep_zip"], kw["allow_unsafe_types"]
+        check_policy(kw["cache_policy"])
         if transform is not None and not callable(transform):
             raise ConfigError(f"transform must be a callable, got {type(transform).__name__}")
         self.transform = transform
@@ -391,6 +396,7 @@ class StreamingCore:
             keep_zip=keep_zip,
             allow_unsafe_types=allow_unsafe_types,
             ahead=ahead,
+            cache_policy=kw["cache_policy"],
         )
         self._epochs = _Epochs()
         self._current: tuple[int, int] = (0, 0)  # (epoch, start) of this process's iteration
@@ -449,7 +455,7 @@ class StreamingCore:
         return len(self.catalog.shards)
 
     @property
-    def shards(self) -> list[Any]:
+    def shards(self) -> Sequence[Any]:
         return self.catalog.entries
 
     @property
@@ -614,7 +620,9 @@ class StreamingCore:
             epoch, start = self._take_epoch()
             skip = 0
         place = detect(self.cfg.replication)
-        batches = self.plan(epoch).worker_batches(place.world, place.rank, place.worker, start)
+        plan = self.plan(epoch)
+        batches = plan.worker_batches(place.world, place.rank, place.worker, start)
+        self.engine.follow(plan, place.world, place.rank, place.worker, epoch, start, skip)
         progress: list[Any] = [skip, None, 0]  # see Engine.iter_samples' cursor
         self._progress = progress
         return (_skip(batches, skip) if skip else batches), progress

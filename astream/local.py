@@ -20,7 +20,7 @@ import mmap
 import os
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,7 +58,7 @@ class LocalDataset:
         except FileNotFoundError:
             raise ObjectNotFoundError("no index.json", path) from None
         self.index = parse_index(raw, path)
-        self.shards: list[ShardEntry] = self.index.shards
+        self.shards: Sequence[ShardEntry] = self.index.shards
         counts = self.index.sample_counts()
         self._starts: list[int] = [0, *np.cumsum(counts).tolist()]
         self.num_samples = self._starts[-1]

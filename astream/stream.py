@@ -25,6 +25,12 @@ given at construction stay in ``_proportion``, ``_repeat``, ``_choose``, ``_down
 ``_download_timeout``, ``_keep_zip`` (the reference's names), so one ``Stream`` may be reused
 by several datasets.
 
+- ``format``: ``"mds"`` (the default: an MDS dataset with an ``index.json``) or ``"parquet"``
+  (a table of ``*.parquet`` objects under ``remote``/``local``, each row group a virtual shard;
+  see docs/parquet.md). Parquet only: ``columns`` (the projection; None: every column),
+  ``files`` (keys relative to the root instead of listing it) and ``split`` (a Hugging Face
+  split: ``data/train-*.parquet``, not a sub-directory).
+
 ``streams_registry`` maps names to ``Stream`` classes (``"stream"`` is :class:`Stream`): a
 ``StreamingDataset(remote=..., stream_name="mine", stream_config={...})`` builds its single
 stream with the class registered as ``"mine"``, as the reference does.
@@ -57,6 +63,7 @@ MAX_DOWNLOAD_RETRY = 100  # retries after the first attempt
 MAX_DOWNLOAD_TIMEOUT = 7 * 24 * 3600.0  # seconds per request
 MAX_CHOOSE = 1 << 40  # samples per epoch from one stream (as epoch_size)
 MAX_REPEAT = float(1 << 20)  # times a stream is repeated per epoch
+FORMATS = ("mds", "parquet")
 
 
 def _opt_str(name: str, value: object) -> str | None:
@@ -99,6 +106,19 @@ def _opt_int(name: str, value: object, maximum: int) -> int | None:
     return v
 
 
+def _str_list(name: str, value: object, fmt: str) -> list[str] | None:
+    if value is None:
+        return None
+    if fmt != "parquet":
+        raise ConfigError(f"{name} is for format='parquet' streams (format={fmt!r})")
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{name} must be a list of str, got {type(value).__name__}")
+    out = list(value)
+    if not out or not all(isinstance(x, str) and x for x in out) or len(set(out)) != len(out):
+        raise ConfigError(f"{name} must be a non-empty list of distinct non-empty str: {value!r}")
+    return out
+
+
 def _opt_hash(value: object) -> str | None:
     if value is None or value == "":
         return None  # the reference treats an empty name as no validation
@@ -126,7 +146,19 @@ class Stream:
         download_timeout: float | None = None,
         validate_hash: str | None = None,
         keep_zip: bool | None = None,
+        format: str = "mds",
+        columns: list[str] | None = None,
+        files: list[str] | None = None,
     ) -> None:
+        if format not in FORMATS:
+            raise ConfigError(f"format must be one of {FORMATS}, got {format!r}")
+        self.format = format
+        self.columns = _str_list("columns", columns, format)
+        self.files = _str_list("files", files, format)
+        if self.files is not None:
+            for k in self.files:
+                if k.startswith("/") or ".." in k.split("/") or "://" in k:
+                    raise ConfigError(f"files: {k!r} must be a key relative to the remote/local")
         self.remote = _opt_str("remote", _fspath(remote))
         self.local = _opt_str("local", _fspath(local))
         self.split = _opt_str("split", split) or ""
@@ -164,9 +196,10 @@ class Stream:
         )
 
     def __repr__(self) -> str:
-        fields = ("remote", "local", "split", "proportion", "repeat", "choose")
+        fields = ("remote", "local", "split", "proportion", "repeat", "choose", "columns")
         shown = ", ".join(f"{f}={getattr(self, f)!r}" for f in fields if getattr(self, f))
-        return f"Stream({shown})"
+        fmt = ", format='parquet'" if self.format == "parquet" else ""
+        return f"Stream({shown}{fmt})"
 
 
 T = TypeVar("T")

@@ -1,5 +1,7 @@
 """``astream inspect``: what a dataset holds (shards, samples, columns, sizes, compression,
-hashes), as text or ``--json``, and one decoded sample with ``--sample I``.
+hashes), as text or ``--json``, and one decoded sample with ``--sample I``. A directory or
+prefix without index.json is shown as a Parquet table (files, row groups, schema; from the
+footers, read by ranged GETs).
 
 Only index.json is read, except for ``--sample``: a local dataset is opened in place
 (``LocalDataset``); a remote one through the streaming engine with a throw-away cache
@@ -19,7 +21,7 @@ import numpy as np
 
 from astream.cli.common import human_bytes, is_local, join_split, local_path, read_index
 from astream.core.index import Index
-from astream.errors import ConfigError
+from astream.errors import ConfigError, EmptyDatasetError, ObjectNotFoundError
 
 __all__ = ["add_parser", "describe", "run", "sample_to_json"]
 
@@ -32,6 +34,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--split", help="sub-directory of the dataset")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--sample", type=int, metavar="I", help="also decode and show sample I")
+    p.add_argument(
+        "--format",
+        choices=("auto", "mds", "parquet"),
+        default="auto",
+        help="auto: MDS if there is an index.json, else a table of *.parquet objects",
+    )
     p.add_argument(
         "--all-shards", action="store_true", help=f"list every shard, not {_SHOWN_SHARDS}"
     )
@@ -129,9 +137,34 @@ def _get_sample(url: str, i: int, num: int, unsafe: bool) -> dict[str, Any]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _parquet(args: argparse.Namespace) -> int:
+    """A table of ``*.parquet`` objects (no index.json): its row groups and schema."""
+    from astream.cli.index import describe_table, print_table, read_table
+
+    if args.sample is not None:
+        raise ConfigError("--sample is for MDS datasets; read a Parquet row with a dataset")
+    info = describe_table(read_table(args.url, args.split))
+    if args.json:
+        print(json.dumps({"url": args.url, **info}, indent=1))
+    else:
+        print_table(args.url, info, None if args.all_shards else _SHOWN_SHARDS)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.format == "parquet":
+        return _parquet(args)
     url = join_split(args.url, args.split)
-    index = read_index(url)
+    try:
+        index = read_index(url)
+    except ObjectNotFoundError:
+        if args.format == "mds":
+            raise
+        try:
+            return _parquet(args)  # no index.json: a Parquet table, if there is one
+        except EmptyDatasetError:
+            pass  # no *.parquet objects either: say what was missing first
+        raise
     info = describe(index)
     sample = None
     if args.sample is not None:

@@ -18,7 +18,10 @@ Per-format key sets (besides the common ones):
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +29,10 @@ import numpy as np
 
 from astream.core import compression as _compression
 from astream.core.encodings import get_coder
+from astream.core.index_fast import parse_mds_fast
 from astream.core.paths import safe_relpath
+from astream.core.shard_entry import FileInfo, ShardEntry
+from astream.core.shard_table import ShardTable
 from astream.errors import ConfigError, FormatError, IndexJSONError
 
 __all__ = ["FileInfo", "Index", "ShardEntry", "dump_index", "parse_index", "INDEX_BASENAME"]
@@ -46,99 +52,30 @@ SPLIT_ENCODINGS = frozenset({"str", "int", "float"})
 
 
 @dataclass(frozen=True)
-class FileInfo:
-    """One file of a shard: basename (relative to the dataset dir), size, hex digests."""
-
-    basename: str
-    bytes: int
-    hashes: dict[str, str]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"basename": self.basename, "bytes": self.bytes, "hashes": dict(self.hashes)}
-
-
-@dataclass(frozen=True)
-class ShardEntry:
-    """One shard as the index describes it."""
-
-    format: str
-    column_encodings: list[str]
-    column_names: list[str]
-    column_sizes: list[int | None]
-    compression: str | None
-    hashes: list[str]
-    raw_data: FileInfo
-    zip_data: FileInfo | None
-    samples: int
-    size_limit: int | None
-    version: int = 2
-    raw_meta: FileInfo | None = None
-    zip_meta: FileInfo | None = None
-    newline: str | None = None
-    separator: str | None = None
-    columns: dict[str, str] | None = None
-
-    @property
-    def remote_basename(self) -> str:
-        """The data file that exists in storage: the zip one if compressed, else the raw one."""
-        return self.zip_data.basename if self.zip_data is not None else self.raw_data.basename
-
-    @property
-    def remote_meta_basename(self) -> str | None:
-        """Split formats only: the meta file that exists in storage."""
-        if self.zip_meta is not None:
-            return self.zip_meta.basename
-        return self.raw_meta.basename if self.raw_meta is not None else None
-
-    def config(self) -> dict[str, Any]:
-        """The shard config (entry minus file infos and sample count), as the reference has it."""
-        obj = self.to_json()
-        for key in ("raw_data", "zip_data", "raw_meta", "zip_meta", "samples"):
-            obj.pop(key, None)
-        return obj
-
-    def to_json(self) -> dict[str, Any]:
-        obj: dict[str, Any] = {
-            "compression": self.compression,
-            "format": self.format,
-            "hashes": list(self.hashes),
-            "raw_data": self.raw_data.to_json(),
-            "samples": self.samples,
-            "size_limit": self.size_limit,
-            "version": self.version,
-            "zip_data": self.zip_data.to_json() if self.zip_data else None,
-        }
-        if self.format == "mds":
-            obj["column_encodings"] = list(self.column_encodings)
-            obj["column_names"] = list(self.column_names)
-            obj["column_sizes"] = list(self.column_sizes)
-        else:
-            obj["raw_meta"] = self.raw_meta.to_json() if self.raw_meta else None
-            obj["zip_meta"] = self.zip_meta.to_json() if self.zip_meta else None
-            obj["newline"] = self.newline
-            if self.format == "json":
-                obj["columns"] = dict(self.columns or {})
-            else:
-                obj["column_encodings"] = list(self.column_encodings)
-                obj["column_names"] = list(self.column_names)
-            if self.format == "xsv":
-                obj["separator"] = self.separator
-        return dict(sorted(obj.items()))
-
-
-@dataclass(frozen=True)
 class Index:
-    """A parsed index.json: shards in global sample order, plus unknown top-level keys."""
+    """A parsed index.json: shards in global sample order, plus unknown top-level keys.
 
-    shards: list[ShardEntry]
+    ``shards`` may be given as any sequence of entries; it is always kept as a
+    :class:`ShardTable` (columns; ``table`` is the same object, typed)."""
+
+    shards: Sequence[ShardEntry]
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.shards, ShardTable):
+            object.__setattr__(self, "shards", ShardTable.from_entries(self.shards))
+
+    @property
+    def table(self) -> ShardTable:
+        assert isinstance(self.shards, ShardTable)
+        return self.shards
+
     def sample_counts(self) -> np.ndarray[Any, np.dtype[np.int64]]:
-        return np.array([s.samples for s in self.shards], dtype=np.int64)
+        return self.table.samples.copy()
 
     @property
     def num_samples(self) -> int:
-        return sum(s.samples for s in self.shards)
+        return int(self.table.samples.sum())
 
 
 def dump_index(index: Index, *, merge_layout: bool = False) -> bytes:
@@ -300,6 +237,31 @@ def _parse_shard(c: _Checker, obj: Any, where: str) -> ShardEntry:
 
 def parse_index(data: bytes, source: str) -> Index:
     """Parse and validate index.json bytes; FormatError names ``source`` and the bad field."""
+    c = _Checker(source)
+    with _gc_paused():
+        fast = parse_mds_fast(data, lambda where, obj: _parse_shard(c, obj, where))
+        if fast is not None:
+            return Index(fast[0], fast[1])
+        return parse_index_validating(data, source)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a parse allocates: the parse makes no cycles, and in a
+    process holding many objects (torch imported: ~10^6) every full collection it would trigger
+    walks them all -- 100k shards parse in 0.4 s with collection paused, 1.7-2.3 s without."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def parse_index_validating(data: bytes, source: str) -> Index:
+    """:func:`parse_index` without the fast path: the definition of what is accepted, and the
+    source of every error message (the fast path defers to it on anything unusual)."""
     c = _Checker(source)
     try:
         obj = json.loads(data)

@@ -16,9 +16,16 @@ jobs pointed at the same directories -- shares it through the file system only:
 - **Pins.** A process reading a shard holds a shared flock on the shard's ``.pin`` lock file. An
   evictor may delete a shard only while holding that lock exclusively, which it tries without
   blocking: a pinned shard is skipped. A killed reader's pin vanishes with it.
-- **Eviction.** Least recently used first, by the shard file's mtime (touched on every pin).
-  Only shards of streams that have a remote copy are candidates, and only files named in their
-  index: a dataset whose only copy is local is never evicted, nor are files astream doesn't know.
+- **Eviction.** ``policy="next_use"`` (the default of the dataset's ``cache_policy``): the
+  shard the node reads furthest in the future goes first (Belady's rule); the process asks its
+  ``future`` hook (set by the engine while an iteration runs, see
+  :class:`astream.core.eviction.NodeFuture`) for the next use of every candidate, and shards
+  not read again, or with no known future (random access, another job), go least recently used
+  first. ``policy="lru"``: least recently used first, by the shard file's mtime (touched on
+  every pin). One rule for both: :func:`astream.core.eviction.eviction_order`, which the
+  planner's replay uses too. Only shards of streams that have a remote copy are candidates,
+  and only files named in their index: a dataset whose only copy is local is never evicted,
+  nor are files astream doesn't know.
 - **Waiting for space.** If nothing unpinned can be evicted, a blocking reservation waits -- in
   the kernel, not by polling -- for the least recently used shard pinned by *another* process
   to be released, evicts it, and tries again; or for another process's in-flight download to
@@ -38,9 +45,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from astream.core.eviction import NEVER, check_policy, eviction_order
 from astream.errors import AstreamError, CacheError
 from astream.runtime.locks import FileLock, lock_path, waiters
 
@@ -119,9 +127,13 @@ class _Scan:
 class CacheSpace:
     """The byte budget over a dataset's local roots, shared by every process of the node."""
 
-    def __init__(self, roots: Iterable[str], limit: int | None) -> None:
+    def __init__(self, roots: Iterable[str], limit: int | None, policy: str = "next_use") -> None:
         self.roots = sorted({os.path.abspath(r) for r in roots})
         self.limit = limit
+        self.policy = check_policy(policy)
+        # next use (in the node's ticks, NEVER: none known) of each file; set by the engine
+        # while an iteration runs, None otherwise (then eviction is least recently used)
+        self.future: Callable[[list[ShardFiles]], Sequence[int]] | None = None
         from astream.runtime.binding import hold_leases  # (binding imports this module)
 
         hold_leases(self, self.roots)  # a lease per process that uses the cache, workers too
@@ -300,10 +312,10 @@ class CacheSpace:
         return freed
 
     def _evict(self, scan: _Scan, excess: int) -> tuple[int, str | None]:
-        """Evict unpinned LRU shards until ``excess`` bytes are freed.
+        """Evict unpinned shards, in :meth:`_victims` order, until ``excess`` bytes are freed.
 
-        Returns bytes freed, and the pin lock of the LRU shard pinned by another process (what a
-        blocking reservation may wait on) when not enough could be freed.
+        Returns bytes freed, and the pin lock of the first such shard pinned by another process
+        (what a blocking reservation may wait on) when not enough could be freed.
         """
         cands: list[tuple[float, ShardFiles]] = []
         for sf in self._shards:
@@ -314,10 +326,9 @@ class CacheSpace:
                 t = scan.present.get(sf.zip_path)
             if t is not None:
                 cands.append((t, sf))
-        cands.sort(key=lambda c: c[0])
         freed = 0
         busy: str | None = None
-        for _, sf in cands:
+        for sf in self._victims(cands):
             if freed >= excess:
                 break
             lk = FileLock(sf.pin_lock)
@@ -337,6 +348,16 @@ class CacheSpace:
         if busy is None:
             busy = self._live_download(scan)
         return freed, busy
+
+    def _victims(self, cands: list[tuple[float, ShardFiles]]) -> list[ShardFiles]:
+        """Candidates (mtime, files), first to evict first (see the module docstring)."""
+        files = [sf for _, sf in cands]
+        future = self.future
+        if self.policy == "next_use" and future is not None and files:
+            nxt: Sequence[int] = future(files)
+        else:
+            nxt = [NEVER] * len(files)
+        return [files[i] for i in eviction_order(self.policy, nxt, [t for t, _ in cands])]
 
     def _live_download(self, scan: _Scan) -> str | None:
         # Downloads of this process count too: they run on the loop independently of the

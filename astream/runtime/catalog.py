@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
@@ -56,6 +57,7 @@ from astream.storage.base import ObjectStore
 __all__ = ["Catalog", "StreamSource", "load_index"]
 
 INDEX = "index.json"
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -74,27 +76,30 @@ class StreamSource:
 
 
 class Catalog:
-    """Every shard of every stream, in global order."""
+    """Every shard of every stream, in global order.
+
+    Shard tables stay columns: ``entries[s]`` and ``shards[s]`` (the fetch description) are
+    built when asked, and a shard's fetch description is kept once built (only the shards a
+    process touches ever get one)."""
 
     def __init__(self, sources: list[StreamSource]) -> None:
         if not sources:
             raise ConfigError("a dataset needs at least one stream")
         self.sources = sources
-        self.entries: list[ShardEntry] = []
-        self.shards: list[RemoteShard] = []
-        self.shard_stream: list[int] = []
-        counts: list[int] = []
-        self.stream_sizes: list[np.ndarray[Any, np.dtype[np.int64]]] = []
-        for k, src in enumerate(sources):
-            sizes = src.index.sample_counts()
-            self.stream_sizes.append(sizes)
-            for entry in src.index.shards:
-                self.entries.append(entry)
-                self.shards.append(_with_meta(entry, _remote_shard(src, entry)))
-                self.shard_stream.append(k)
-                counts.append(entry.samples)
+        tables = [src.index.table for src in sources]
+        self.stream_sizes: list[np.ndarray[Any, np.dtype[np.int64]]] = [
+            t.samples.copy() for t in tables
+        ]
+        self.shard_first = np.zeros(len(sources) + 1, dtype=np.int64)  # first shard per stream
+        np.cumsum([len(t) for t in tables], out=self.shard_first[1:])
+        self.shard_stream = np.repeat(
+            np.arange(len(sources), dtype=np.int32), [len(t) for t in tables]
+        )
+        self.entries = _Entries(self)
+        self.shards = _Shards(self)
+        counts = np.concatenate(self.stream_sizes)
         self.starts = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(np.asarray(counts, dtype=np.int64), out=self.starts[1:])
+        np.cumsum(counts, out=self.starts[1:])
         self.num_samples = int(self.starts[-1])
         if self.num_samples == 0:
             raise EmptyDatasetError("the dataset has no samples (every shard is empty)")
@@ -102,17 +107,20 @@ class Catalog:
         for sizes in self.stream_sizes:
             firsts.append(firsts[-1] + int(sizes.sum()))
         self.stream_starts = firsts
-        self.max_footprint = max(
-            s.files.footprint() + (s.meta.files.footprint() if s.meta is not None else 0)
-            for s in self.shards
-        )
+        self.max_footprint = max(int(t.footprints().max(initial=0)) for t in tables)
         # this process uses these cache directories for as long as the catalog lives
         hold_leases(self, [s.local for s in sources])
 
+    def stream_of(self, s: int) -> tuple[int, int]:
+        """(stream, shard within the stream) of global shard ``s``."""
+        k = int(self.shard_stream[s])
+        return k, s - int(self.shard_first[k])
+
     def files(self) -> list[ShardFiles]:
         """Every file the cache may hold: each shard's, and each split shard's meta file."""
-        out = [s.files for s in self.shards]
-        out.extend(s.meta.files for s in self.shards if s.meta is not None)
+        shards = [self.shards[s] for s in range(len(self.shards))]
+        out = [s.files for s in shards]
+        out.extend(s.meta.files for s in shards if s.meta is not None)
         return out
 
     def locate(
@@ -129,7 +137,69 @@ class Catalog:
         return s, i - int(self.starts[s])
 
 
+class _Global(Sequence[_T]):
+    """Global shard numbers over the streams' tables, built on demand."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        # the pieces, not the catalog: no reference cycle, so a dropped dataset frees its
+        # catalog (and the cache leases it holds) at once, not at the next collection
+        self.sources = catalog.sources
+        self.shard_stream = catalog.shard_stream
+        self.shard_first = catalog.shard_first
+
+    def __len__(self) -> int:
+        return len(self.shard_stream)
+
+    def stream_of(self, s: int) -> tuple[int, int]:
+        k = int(self.shard_stream[s])
+        return k, s - int(self.shard_first[k])
+
+    @overload
+    def __getitem__(self, s: int) -> _T: ...
+
+    @overload
+    def __getitem__(self, s: slice) -> list[_T]: ...
+
+    def __getitem__(self, s: int | slice) -> _T | list[_T]:
+        if isinstance(s, slice):
+            return [self.one(j) for j in range(*s.indices(len(self)))]
+        n = len(self)
+        j = int(s) + n if int(s) < 0 else int(s)
+        if not 0 <= j < n:
+            raise IndexError(f"shard {s} out of range for {n} shards")
+        return self.one(j)
+
+    def one(self, s: int) -> _T:
+        raise NotImplementedError
+
+
+class _Entries(_Global[ShardEntry]):
+    def one(self, s: int) -> ShardEntry:
+        k, i = self.stream_of(s)
+        return self.sources[k].index.shards[i]
+
+
+class _Shards(_Global[RemoteShard]):
+    def __init__(self, catalog: Catalog) -> None:
+        super().__init__(catalog)
+        self._built: dict[int, RemoteShard] = {}
+
+    def one(self, s: int) -> RemoteShard:
+        got = self._built.get(s)
+        if got is None:
+            k, i = self.stream_of(s)
+            src = self.sources[k]
+            entry = src.index.shards[i]
+            got = self._built[s] = _with_meta(entry, _remote_shard(src, entry))
+        return got
+
+
 def _remote_shard(src: StreamSource, entry: ShardEntry) -> RemoteShard:
+    if entry.format == "parquet":  # a row group (virtual shard): runtime/parquet_read.py
+        from astream.runtime.parquet_read import row_group_remote_shard
+
+        rg: Any = entry
+        return row_group_remote_shard(src.remote, src.local, rg, src.validate_hash, src.keep_zip)
     raw = entry.raw_data
     zipd = entry.zip_data
     files = ShardFiles(
@@ -324,20 +394,23 @@ def _drop_stale(local: str, old: Index | None, new: Index) -> None:
 
 def _refuse_orphans(local: str, index: Index) -> None:
     """Shard files in a directory without an index or binding belong to no one we know."""
-    for entry in index.shards:
-        for info in (entry.raw_data, entry.zip_data, entry.raw_meta, entry.zip_meta):
-            if info is not None and os.path.exists(os.path.join(local, info.basename)):
-                raise ConfigError(
-                    f"local={local!r} holds {info.basename} but no {INDEX} and no binding: "
-                    "astream cannot tell which dataset it belongs to and will not serve or "
-                    "overwrite it; give `local` an empty or new directory"
-                )
+    try:  # one listing, then a stat only for names whose top directory entry exists
+        present = set(os.listdir(local))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in index.table.file_names() if present else []:
+        if name.split("/", 1)[0] in present and os.path.exists(os.path.join(local, name)):
+            raise ConfigError(
+                f"local={local!r} holds {name} but no {INDEX} and no binding: "
+                "astream cannot tell which dataset it belongs to and will not serve or "
+                "overwrite it; give `local` an empty or new directory"
+            )
 
 
 def check_hash_available(catalog: Catalog, algo: str) -> None:
     for k, src in enumerate(catalog.sources):
         want = src.validate_hash or algo  # a stream's own validate_hash overrides the dataset's
-        for i, entry in enumerate(src.index.shards):
+        for i, entry in src.index.table.configs():  # hash algorithms: one per configuration
             if want not in entry.hashes:
                 raise FormatError(
                     f"validate_hash={want!r} but shard {i} of stream {k} lists hashes "

@@ -440,6 +440,7 @@ def resolve_steps(
         attempts=cfg.download_retry + 1, timeout=cfg.download_timeout, backoff_base=0.2
     )
     plans: list[tuple[str | None, str]] = []
+    pq_plans: list[dict[str, Any] | None] = []
     weights: list[tuple[Any, Any, Any]] = []
     settings: list[tuple[int, float, str | None, bool | None]] = []
     policies: dict[str, RetryPolicy] = {}
@@ -465,8 +466,14 @@ def resolve_steps(
             and os.path.abspath(r.removeprefix("file://")) == os.path.abspath(lo)
         ):
             r = None
-        root = None if r is None else _join(r, sp)
-        plans.append((root, _join(lo, sp)))
+        pq = _parquet_plan(item, sp)
+        if pq is not None:  # a Parquet table: split selects files, it is no sub-directory
+            root = r
+            plans.append((root, lo if r is None else _join(lo, sp)))
+        else:
+            root = None if r is None else _join(r, sp)
+            plans.append((root, _join(lo, sp)))
+        pq_plans.append(pq)
         weights.append((_given(item, "proportion"), _given(item, "repeat"), _given(item, "choose")))
         st = _stream_settings(k, item, cfg, keep_zip)
         settings.append(st)
@@ -483,7 +490,13 @@ def resolve_steps(
 
     async def load_all() -> list[Index]:
         out = []
-        for r, lo in plans:
+        for (r, lo), pq in zip(plans, pq_plans):
+            if pq is not None:
+                from astream.runtime.parquet_index import load_parquet
+
+                store = pool.get(r if r is not None else lo)
+                out.append(await load_parquet(store, lo, in_place=r is None, **pq))
+                continue
             out.append(await load_index(None if r is None else pool.get(r), lo))
         return out
 
@@ -508,6 +521,22 @@ def resolve_steps(
     if streams_out is not None:
         streams_out.extend(items)
     return specs, sources, pool
+
+
+def _parquet_plan(item: Any, split: str | None) -> dict[str, Any] | None:
+    """``load_parquet``'s arguments for a ``format="parquet"`` stream; None for MDS."""
+    fmt = getattr(item, "format", "mds")
+    if fmt == "mds":
+        return None
+    if fmt != "parquet":
+        raise ConfigError(f"format must be 'mds' or 'parquet', got {fmt!r}")
+    if split and (split.startswith("/") or ".." in split.split("/")):
+        raise ConfigError(f"split must be a relative name, got {split!r}")
+    return {
+        "columns": getattr(item, "columns", None),
+        "files": getattr(item, "files", None),
+        "split": split or None,
+    }
 
 
 def _resolve_streams(
@@ -577,7 +606,7 @@ def check_dataset(
         raise ConfigError(f"allow_unsafe_types must be True or False, got {allow_unsafe_types!r}")
     if not allow_unsafe_types:
         for k, src in enumerate(catalog.sources):
-            for i, entry in enumerate(src.index.shards):
+            for i, entry in src.index.table.configs():  # encodings: one per configuration
                 for name, enc in zip(entry.column_names or [], entry.column_encodings or []):
                     if enc in UNSAFE_ENCODINGS:
                         raise UnsafeEncodingError(
@@ -588,7 +617,7 @@ def check_dataset(
                         )
     for k, src in enumerate(catalog.sources):
         algo = getattr(src, "validate_hash", None)
-        for i, entry in enumerate(src.index.shards if algo is not None else []):
+        for i, entry in src.index.table.configs() if algo is not None else []:
             if algo not in entry.hashes:
                 raise FormatError(
                     f"stream {k} validates shards with {algo!r}, but shard {i} lists only "

@@ -34,12 +34,14 @@ from typing import Any
 import numpy as np
 
 from astream.core.batchdecode import ColumnBatch
+from astream.core.eviction import ConsumerClock, check_policy
 from astream.core.shard import header_size, parse_offsets
 from astream.errors import FormatError
 from astream.runtime import bridge
 from astream.runtime.batch import BatchLayouts, locate_batch
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
+from astream.runtime.clocks import NodeClocks
 from astream.runtime.fetch import ShardFetcher
 from astream.runtime.prefetch import Lookahead, Prefetcher
 from astream.runtime.reader import OpenShard, ShardOpener, decode_batch
@@ -63,6 +65,7 @@ class Engine:
         allow_unsafe_types: bool,
         ahead: int,
         concurrency: int = 4,
+        cache_policy: str = "next_use",
     ) -> None:
         self.catalog = catalog
         self.stores = stores
@@ -72,6 +75,8 @@ class Engine:
         self.allow_unsafe_types = allow_unsafe_types
         self.ahead = ahead
         self.concurrency = concurrency
+        self.cache_policy = check_policy(cache_policy)
+        self._follow: Any = None  # the next iteration's place in the node (see follow)
         self._pid = -1
         self._local: dict[str, Any] = {}
 
@@ -85,7 +90,9 @@ class Engine:
     def _parts(self) -> dict[str, Any]:
         if self._pid != os.getpid():
             stats = Stats()
-            space = CacheSpace({s.local for s in self.catalog.sources}, self.cache_limit)
+            space = CacheSpace(
+                {s.local for s in self.catalog.sources}, self.cache_limit, self.cache_policy
+            )
             space.register(self.catalog.files())
             fetcher = ShardFetcher(
                 space,
@@ -124,12 +131,55 @@ class Engine:
         return await fetcher.download(self.catalog.shards[s], block=block)
 
     # -- iteration -----------------------------------------------------------------------------
-    def _sync_reader(self, batches: Batches) -> tuple[Lookahead, Prefetcher, ShardOpener, Any]:
-        """The lookahead, prefetcher, opener and ``open_shard`` of one synchronous iteration."""
-        stats: Stats = self._parts()["stats"]
+    def follow(
+        self, plan: Any, world: Any, rank: int, worker: int, epoch: int, start: int, skip: int
+    ) -> None:
+        """The next iteration reads ``worker``'s batches of ``rank`` in ``plan`` (of ``epoch``)
+        from ``start`` (``skip`` samples already yielded): under a cache limit with
+        ``cache_policy="next_use"`` its evictions then follow the node's future
+        (:class:`~astream.core.eviction.NodeFuture`, ranks' progress from ``clocks.py``)."""
+        if self.cache_limit is None or self.cache_policy != "next_use":
+            self._follow = None
+            return
+        clock = ConsumerClock.for_consumer(plan, world, rank, worker, start, skip)
+        shape = (world.num_nodes, world.ranks_per_node, world.workers_per_rank, world.node_of(rank))
+        self._follow = (clock, shape, epoch, worker)
+
+    def _track(self, space: CacheSpace, la: Lookahead) -> _Tracker | None:
+        follow, self._follow = self._follow, None
+        if follow is None:
+            return None
+        clock, shape, epoch, worker = follow
+        try:
+            clocks: NodeClocks | None = NodeClocks(
+                space.roots[0], shape, epoch, clock.local, worker
+            )
+        except OSError:  # no shared clock (read-only .astream?): assume ranks in lockstep
+            clocks = None
+        tracker = _Tracker(clock, la, self._file_shard(), space, clocks)
+        space.future = tracker.next_use
+        return tracker
+
+    def _file_shard(self) -> dict[str, int]:
+        index: dict[str, int] = self._local.setdefault("file_shard", {})
+        if not index:
+            for s, shard in enumerate(self.catalog.shards):
+                index[shard.files.raw_path] = s
+                if shard.meta is not None:
+                    index[shard.meta.files.raw_path] = s
+        return index
+
+    def _sync_reader(
+        self, batches: Batches
+    ) -> tuple[Lookahead, Prefetcher, ShardOpener, Any, _Tracker | None]:
+        """The lookahead, prefetcher, opener, ``open_shard`` and next-use tracker of one
+        synchronous iteration."""
+        parts = self._parts()
+        stats: Stats = parts["stats"]
         opener = self._opener()
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
+        tracker = self._track(parts["space"], la)
 
         def fetch(s: int) -> None:
             fut = pf.take(s)
@@ -141,11 +191,13 @@ class Engine:
         def open_shard(s: int) -> OpenShard:
             h = opener.cached(s)
             if h is None:
+                if tracker is not None:
+                    tracker.reading(s)
                 h = opener.open(s, fetch)
                 la.forget(s)
             return h
 
-        return la, pf, opener, open_shard
+        return la, pf, opener, open_shard, tracker
 
     def iter_samples(
         self, batches: Batches, cursor: list[Any] | None = None
@@ -156,9 +208,11 @@ class Engine:
         lets the caller count the samples consumed at no per-sample cost: the current batch's
         list iterator knows how many of its items are left."""
         stats: Stats = self._parts()["stats"]
-        la, pf, opener, open_shard = self._sync_reader(batches)
+        la, pf, opener, open_shard, tracker = self._sync_reader(batches)
         try:
             for groups, size in la:
+                if tracker is not None:
+                    tracker.batch()
                 batch = decode_batch(groups, size, open_shard)
                 stats.samples += len(batch)
                 if opener.pinning:
@@ -175,6 +229,8 @@ class Engine:
         finally:
             pf.cancel()
             opener.release_all()
+            if tracker is not None:
+                tracker.stop()
 
     def iter_columns(
         self,
@@ -187,10 +243,12 @@ class Engine:
         located in its shards, then ``finish(column_batch)`` (which allocates and fills it) is
         yielded. ``cursor[0]`` counts the samples of the batches handed out."""
         stats: Stats = self._parts()["stats"]
-        la, pf, opener, open_shard = self._sync_reader(batches)
+        la, pf, opener, open_shard, tracker = self._sync_reader(batches)
         layouts = BatchLayouts(self.catalog)
         try:
             for groups, size in la:
+                if tracker is not None:
+                    tracker.batch()
                 out = finish(locate_batch(groups, size, open_shard, layouts, ragged))
                 stats.samples += size
                 if opener.pinning:
@@ -201,6 +259,8 @@ class Engine:
         finally:
             pf.cancel()
             opener.release_all()
+            if tracker is not None:
+                tracker.stop()
 
     async def aiter_batches(
         self, batches: Batches, *, io: str = "thread", slice_s: float = 0.002
@@ -227,6 +287,7 @@ class Engine:
         loop = asyncio.get_running_loop() if on_loop else None
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
+        tracker = self._track(parts["space"], la)
 
         async def demand(s: int) -> bool:
             if on_loop:
@@ -239,6 +300,8 @@ class Engine:
                 stats.cache_hits += 1
                 return h
             stats.cache_misses += 1
+            if tracker is not None:
+                tracker.reading(s)
             with Stopwatch(stats):
                 for _ in range(8):
                     hold = opener.hold_pin(s)  # see ShardOpener.hold_pin
@@ -270,6 +333,8 @@ class Engine:
                 if step is None:
                     break
                 groups, size = step
+                if tracker is not None:
+                    tracker.batch()
                 out: list[Any] = [None] * size
                 for s, positions, locals_ in groups:
                     if clock() - mark > slice_s:
@@ -290,6 +355,8 @@ class Engine:
         finally:
             pf.cancel()
             opener.release_all()
+            if tracker is not None:
+                tracker.stop()
 
     async def aiter_samples(
         self, batches: Batches, *, io: str = "thread", slice_s: float = 0.002
@@ -319,7 +386,7 @@ class Engine:
             self.stats.samples += 1
             return h.sample(li)
         shard = self.catalog.shards[s]
-        if shard.compression is None and shard.remote is not None:
+        if shard.compression is None and shard.remote is not None and shard.ranges is None:
             return bridge.run(self.aget_range(s, li))
         h = opener.open(s, lambda s: bridge.run(self.download(s, True)))
         self.stats.samples += 1
@@ -331,7 +398,7 @@ class Engine:
         h = opener.try_open(s)
         if h is None:
             shard = self.catalog.shards[s]
-            if shard.compression is None and shard.remote is not None:
+            if shard.compression is None and shard.remote is not None and shard.ranges is None:
                 return await self.aget_range(s, li)
             await self.download(s, True)
             h = opener.try_open(s)
@@ -454,6 +521,54 @@ class Engine:
                 "no shard can be evicted: none is cached, or all are local-only or being read"
             )
         return freed[0]
+
+
+class _Tracker:
+    """Where one iteration is in its node's time, for its process's evictions."""
+
+    def __init__(
+        self,
+        clock: ConsumerClock,
+        la: Lookahead,
+        index: dict[str, int],
+        space: CacheSpace,
+        clocks: NodeClocks | None,
+    ) -> None:
+        self.clock = clock
+        self.la = la
+        self.index = index
+        self.space = space
+        self.clocks = clocks
+        self.now = clock.tick(0)
+
+    def batch(self) -> None:
+        """The consumer starts its next batch."""
+        self.now = self.clock.tick(max(0, self.la.batches_taken - 1))
+        if self.clocks is not None:
+            self.clocks.publish(self.now)
+
+    def reading(self, s: int) -> None:
+        """The consumer is about to read shard ``s`` of its current batch."""
+        self.now = self.clock.tick(max(0, self.la.batches_taken - 1), self.la.offset_of(s))
+        if self.clocks is not None:
+            self.clocks.publish(self.now)
+
+    def next_use(self, files: list[Any]) -> list[int]:
+        if self.clocks is not None:
+            nows = self.clocks.nows()
+        else:  # ranks in lockstep
+            nows = [self.now] * self.clock.future.world.ranks_per_node
+        nows[self.clock.local] = self.now
+        shards = [self.index.get(sf.raw_path, -1) for sf in files]
+        out: list[int] = self.clock.future.next_use(shards, nows).tolist()
+        return out
+
+    def stop(self) -> None:
+        if self.space.future == self.next_use:
+            self.space.future = None
+        if self.clocks is not None:
+            self.clocks.close()
+            self.clocks = None
 
 
 def _forget_promotion(promoting: dict[int, asyncio.Task[bool]], s: int) -> Any:

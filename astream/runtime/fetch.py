@@ -54,6 +54,8 @@ class RemoteShard:
     meta: RemoteShard | None = None
     validate_hash: str | None = None  # its stream's; None: the fetcher's
     keep_zip: bool | None = None  # its stream's; None: the fetcher's
+    # a Parquet row group: these [start, end) ranges of raw_key, concatenated, are the file
+    ranges: tuple[tuple[int, int], ...] | None = None
 
     def url(self) -> str:
         if self.remote is None:
@@ -287,10 +289,10 @@ class ShardFetcher:
         loop = asyncio.get_running_loop()
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
         try:
-            parts = [(s, min(s + self.part_size, size)) for s in range(0, size, self.part_size)]
+            parts = _parts(shard.ranges or ((0, size),), self.part_size)
             sem = asyncio.Semaphore(self.part_concurrency)
 
-            async def part(start: int, end: int) -> None:
+            async def part(start: int, end: int, at: int) -> None:
                 async with sem:
                     data = await store.get_range(key, start, end)
                     self.stats.range_requests += 1
@@ -300,14 +302,27 @@ class ShardFetcher:
                             f"{len(data)} bytes for range {start}-{end}",
                             store.url_for(key),
                         )
-                    await loop.run_in_executor(None, _pwrite_all, fd, data, start)
+                    await loop.run_in_executor(None, _pwrite_all, fd, data, at)
                     self.stats.bytes_fetched += len(data)
 
             if not parts:
                 return
-            await _gather_all(*(part(s, e) for s, e in parts))
+            await _gather_all(*(part(s, e, at) for s, e, at in parts))
         finally:
             os.close(fd)
+
+
+def _parts(ranges: tuple[tuple[int, int], ...], part_size: int) -> list[tuple[int, int, int]]:
+    """(start, end, offset in the file) of each ranged GET: every range of the object, split
+    into ``part_size`` pieces, written one after the other."""
+    out = []
+    at = 0
+    for lo, hi in ranges:
+        for s in range(lo, hi, part_size):
+            e = min(s + part_size, hi)
+            out.append((s, e, at))
+            at += e - s
+    return out
 
 
 async def _gather_all(*coros: Coroutine[Any, Any, None]) -> None:

@@ -100,6 +100,8 @@ class Lookahead:
         self._start_window = min(self._ahead, 256)
         self._done = False
         self._announced: set[int] = set()
+        self.batches_taken = 0  # batches handed out (the current one is the last of them)
+        self._current: Groups = []  # the current batch
 
     def _fill(self) -> None:
         # The window opens gradually (twice what has been consumed, up to ``ahead``): the first
@@ -134,4 +136,14 @@ class Lookahead:
         groups, size = self._queue.popleft()
         self._queued -= size
         self._consumed += size
+        self.batches_taken += 1
+        self._current = groups
         return groups, size
+
+    def offset_of(self, s: int) -> int:
+        """First position of shard ``s`` in the current batch (0 if it is not in it); asked on
+        cache misses only, so nothing is added per batch."""
+        for shard, positions, _ in self._current:
+            if shard == s:
+                return positions[0]
+        return 0

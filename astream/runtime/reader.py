@@ -143,6 +143,8 @@ def _validated_offsets(path: str, catalog: Catalog, s: int) -> list[int]:
 
 def _check_cached(path: str, catalog: Catalog, s: int, algo: str | None) -> list[int]:
     """Offsets of a cached shard after its structural checks and, with ``algo``, its hash."""
+    if catalog.entries[s].format == "parquet":
+        return [0, catalog.shards[s].files.raw_size]  # a row group: checked when decoded
     if catalog.shards[s].meta is not None:
         offsets = _split_meta_offsets(catalog, s, algo)
     else:
@@ -257,7 +259,7 @@ class ShardOpener:
                         pin.release()
                     return None
                 self._offsets[s] = offsets
-            h = OpenShard(files.raw_path, offsets, self.decoder(s))
+            h = self._handle(s, files.raw_path, offsets)
         except BaseException:
             if pin is not None:
                 pin.release()
@@ -275,6 +277,14 @@ class ShardOpener:
             self._pin_note(old, -1)
             old.close()
         return h
+
+    def _handle(self, s: int, path: str, offsets: list[int]) -> OpenShard:
+        entry = self.catalog.entries[s]
+        if entry.format == "parquet":  # a row group: decoded by pyarrow (parquet_read.py)
+            from astream.runtime.parquet_read import open_row_group
+
+            return open_row_group(path, self.catalog.shards[s], entry)  # type: ignore[arg-type,return-value]
+        return OpenShard(path, offsets, self.decoder(s))
 
     def hold_pin(self, s: int) -> FileLock | None:
         """Pin ``s`` across its fetch (under a limit). Without it, a shard downloaded for us can

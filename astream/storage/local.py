@@ -107,7 +107,8 @@ class LocalBackend:
             for name in filenames:
                 key = rel_dir + name
                 if key.startswith(prefix) and ".astream-tmp" not in name:
-                    out.append(ObjectInfo(key, os.path.getsize(os.path.join(dirpath, name))))
+                    st = os.stat(os.path.join(dirpath, name))  # the etag as head() makes it
+                    out.append(ObjectInfo(key, st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}"))
         out.sort(key=lambda o: o.key)
         return out
 

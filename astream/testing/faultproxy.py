@@ -16,7 +16,8 @@ Faults are drawn from ``random.Random(seed)``, so a run is repeatable, and can a
 exactly with :meth:`FaultProxy.plan` (the next N requests get these faults, in order), optionally
 only for requests whose path contains a substring. ``only_get=True`` (default) spares everything
 but GET requests from random faults. Counters: requests and response bytes per path, faults
-injected per kind. The proxy runs in its own loop thread, so it serves sync and async callers.
+injected per kind, and the ``Range`` header of every GET. The proxy runs in its own loop
+thread, so it serves sync and async callers.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class ProxyStats:
     bytes: collections.Counter[str] = field(default_factory=collections.Counter)
     faults: collections.Counter[str] = field(default_factory=collections.Counter)
     methods: collections.Counter[str] = field(default_factory=collections.Counter)
+    ranges: list[tuple[str, str]] = field(default_factory=list)  # (path, Range header) of GETs
 
     @property
     def total_requests(self) -> int:
@@ -175,6 +177,8 @@ class FaultProxy:
         with self._lock:
             self.stats.requests[path] += 1
             self.stats.methods[request.method] += 1
+            if request.method == "GET":
+                self.stats.ranges.append((path, request.headers.get("Range", "")))
         fault = self._choose(request.method, path)
         if fault != "ok":
             with self._lock:

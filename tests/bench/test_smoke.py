@@ -53,6 +53,7 @@ POSITIVE = [
     ("hot/tokens/w2", "astream", "samples_per_s"),
     ("hot/tokens/w2", "astream", "peak_rss_mb"),
     ("cold/tokens/0ms", "astream", "ttfb_s"),
+    ("cold/tokens/0ms", "astream", "import_s"),
     ("cold/tokens/0ms", "astream", "samples_per_s"),
     ("cold/tokens/0ms", "astream", "proxy_bytes"),
     ("cold/tokens/0ms", "astream", "proxy_requests"),

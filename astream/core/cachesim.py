@@ -1,0 +1,180 @@
+"""A node's shard cache, replayed from its known future: downloads, evictions, occupancy.
+
+Theory of operation
+-------------------
+Input: the (step, shard) pairs a node reads in one epoch (:func:`astream.core.eviction.step_uses`),
+the bytes each shard takes in the cache, ``cache_limit`` and the policy; and the cache as the
+previous epoch left it. The replay walks the pairs in step order, as the runtime's consumers do:
+
+- a shard read while absent is downloaded (its bytes counted) and then room is made, by
+  evicting in the order of :func:`astream.core.eviction.victim_key` -- the same rule the
+  runtime applies (``eviction_order``) -- skipping shards read in the current step (the
+  runtime's pins);
+- next uses are computed within the epoch only, as the runtime's ``NodeFuture`` does, so a
+  shard not read again this epoch ties with the rest and goes least recently used first.
+
+**Runs.** A shard read at consecutive steps ``t, t+1, ...`` is one *run*: it stays pinned from
+the run's first step to its last, and only the run's first read is an event. Shuffle blocks
+keep the same few shards busy for many steps, so the replay's work is per run, not per sample
+and not per step.
+
+What the runtime does that this does not model: prefetch (bytes are the same, only their
+timing moves), the short overlap of consumers of one step, and waits when every cached shard
+is pinned (the replay then goes over the limit and reports it in ``overcommit``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from astream.core.eviction import NEVER, victim_key
+
+__all__ = ["CacheReplay", "EpochReplay"]
+
+I64 = NDArray[np.int64]
+
+
+@dataclass
+class EpochReplay:
+    """What one epoch of one node did to its cache."""
+
+    downloads: int = 0  # shard downloads (a shard evicted and read again counts again)
+    bytes: int = 0  # bytes downloaded
+    distinct: int = 0  # distinct shards read
+    evictions: int = 0
+    high_water: int = 0  # most bytes in the cache at once
+    overcommit: int = 0  # bytes the replay had to go over the limit (all pinned)
+    dl_steps: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # tick of each download
+    dl_shards: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # its shard
+    occupancy: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # bytes after step
+
+
+class CacheReplay:
+    """The cache of one node across epochs (see module docstring)."""
+
+    def __init__(self, sizes: I64, limit: int | None, policy: str) -> None:
+        self.sizes = np.asarray(sizes, np.int64)
+        self.limit = limit
+        self.policy = policy
+        self.present: dict[int, int] = {}  # shard -> last step read (global clock)
+        self.usage = 0
+        self.clock = 0  # steps of earlier epochs (the LRU clock runs on across epochs)
+
+    def epoch(self, ticks: I64, shards: I64, num_ticks: int) -> EpochReplay:
+        """Replay one epoch's (tick, shard) reads, sorted by tick (see ``step_uses``);
+        ``num_ticks``: the epoch's steps times the batch size."""
+        ticks = np.asarray(ticks, np.int64)
+        shards = np.asarray(shards, np.int64)
+        out = EpochReplay()
+        out.distinct = len(np.unique(shards))
+        # the next read of the same shard (NEVER: not again this epoch)
+        by = np.lexsort((ticks, shards))
+        nxt_sorted = np.full(len(by), NEVER, np.int64)
+        if len(by) > 1:
+            follow = shards[by][1:] == shards[by][:-1]
+            nxt_sorted[:-1][follow] = ticks[by][1:][follow]
+        nxt = np.empty_like(nxt_sorted)
+        nxt[by] = nxt_sorted
+        self._replay(out, ticks.tolist(), shards.tolist(), nxt.tolist(), num_ticks)
+        self.clock += num_ticks
+        return out
+
+    def _replay(
+        self,
+        out: EpochReplay,
+        ev_t: list[int],
+        ev_s: list[int],
+        ev_next: list[int],
+        num_ticks: int,
+    ) -> None:
+        policy, limit, sizes, present = self.policy, self.limit, self.sizes, self.present
+        base = self.clock
+        heap: list[tuple[tuple[float, float], int, int]] = []
+        version: dict[int, int] = {}
+        reading: dict[int, int] = {}  # shard -> tick it was last read (pinned at that tick)
+        dl_t: list[int] = []
+        dl_s: list[int] = []
+        occ_t: list[int] = []
+        occ_v: list[int] = []
+        high = usage = self.usage
+        # shards the previous epoch left: their next use is their first read this epoch
+        first_use: dict[int, int] = {}
+        for t, s in zip(ev_t, ev_s):
+            if s not in first_use:
+                first_use[s] = t
+        for s, last in present.items():
+            version[s] = 0
+            heapq.heappush(heap, (victim_key(policy, first_use.get(s, NEVER), last), s, 0))
+        for t, s, nxt in zip(ev_t, ev_s, ev_next):
+            reading[s] = t
+            if s not in present:
+                size = int(sizes[s])
+                usage += size
+                out.downloads += 1
+                out.bytes += size
+                dl_t.append(t)
+                dl_s.append(s)
+                if limit is not None and usage > limit:
+                    usage = self._evict(heap, version, reading, usage, t, out)
+            present[s] = base + t
+            v = version.get(s, 0) + 1
+            version[s] = v
+            heapq.heappush(heap, (victim_key(policy, nxt, base + t), s, v))
+            if usage > high:
+                high = usage
+            occ_t.append(t)
+            occ_v.append(usage)
+        self.usage = usage
+        out.high_water = high
+        out.dl_steps = np.asarray(dl_t, np.int64)
+        out.dl_shards = np.asarray(dl_s, np.int64)
+        out.occupancy = _step_fill(np.asarray(occ_t, np.int64), np.asarray(occ_v, np.int64),
+                                   num_ticks, usage)  # fmt: skip
+
+    def _evict(
+        self,
+        heap: list[tuple[tuple[float, float], int, int]],
+        version: dict[int, int],
+        reading: dict[int, int],
+        usage: int,
+        t: int,
+        out: EpochReplay,
+    ) -> int:
+        assert self.limit is not None
+        present, sizes = self.present, self.sizes
+        aside: list[tuple[tuple[float, float], int, int]] = []
+        while usage > self.limit and heap:
+            entry = heapq.heappop(heap)
+            _, s, v = entry
+            if version.get(s) != v or s not in present:
+                continue  # stale entry
+            if reading.get(s, -1) == t:
+                aside.append(entry)  # pinned: read at this very tick
+                continue
+            del present[s]
+            version.pop(s, None)
+            usage -= int(sizes[s])
+            out.evictions += 1
+        for entry in aside:
+            heapq.heappush(heap, entry)
+        if usage > self.limit:
+            out.overcommit = max(out.overcommit, usage - self.limit)
+        return usage
+
+
+def _step_fill(at: I64, values: I64, n: int, final: int) -> I64:
+    """Per tick ``0..n-1``: the last of ``values`` recorded at or before it (carried forward)."""
+    occ = np.zeros(n, np.int64)
+    if not len(at) or n == 0:
+        return occ
+    last = np.flatnonzero(np.r_[at[1:] != at[:-1], True])
+    marks = np.full(n, -1, np.int64)
+    marks[at[last]] = values[last]
+    idx = np.maximum.accumulate(np.where(marks >= 0, np.arange(n), -1))
+    out: I64 = np.where(idx >= 0, marks[np.maximum(idx, 0)], 0)
+    del final
+    return out

@@ -1,0 +1,285 @@
+"""Building a Parquet table's index from its footers, and caching it by the objects' identity.
+
+Theory of operation
+-------------------
+:func:`load_parquet` turns a Parquet source (a prefix listed through the ObjectStore, or an
+explicit list of keys that are HEADed) into an :class:`~astream.core.index.Index` of row-group
+virtual shards (:mod:`astream.core.parquet`):
+
+1. List (or HEAD) the objects: key, size, ETag/generation/mtime tag -- the *identity*.
+2. Known files come from the local cache (``local/.astream/parquet-index.bin``) and from an
+   index published next to the data by ``astream index`` (``_astream_parquet_index.bin``, read
+   only when the local cache does not already cover the listing). A listed object whose
+   identity equals a known file's reuses that entry: a warm start reads no footer.
+3. A listed object whose key is known but whose identity differs changed under the index: a
+   :class:`FormatError` naming it (its sample ids, and so any checkpoint, would silently mean
+   other rows). Unknown objects get their footers read: one ranged GET of the last 64 KiB
+   (a second when the footer is longer), all files concurrently.
+4. The local cache is rewritten (atomically) when it gained or lost files.
+
+pyarrow parses the footer Thrift (imported lazily: the ``[parquet]`` extra). A footer that is
+missing, truncated or corrupt is a :class:`FormatError` naming the object's URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+from typing import Any
+
+from astream.core.index import Index
+from astream.core.parquet import (
+    INDEX_NAME,
+    ParquetFile,
+    ParquetTable,
+    RowGroup,
+    dump_table,
+    parse_table,
+    row_group_shards,
+    select_keys,
+)
+from astream.errors import (
+    ConfigError,
+    EmptyDatasetError,
+    FormatError,
+    ObjectNotFoundError,
+)
+from astream.runtime.binding import (
+    Binding,
+    index_digest,
+    is_entry,
+    mark_entry,
+    meta_dir,
+    new_dirs,
+    read_binding,
+    write_atomic,
+    write_binding,
+)
+from astream.storage.base import ObjectInfo, ObjectStore
+
+__all__ = ["build_table", "footer_file", "load_parquet", "CACHE_NAME"]
+
+CACHE_NAME = "parquet-index.bin"  # under local/.astream/
+TAIL = 64 << 10  # bytes read from the end of each object: the footer, in one GET usually
+CONCURRENCY = 64  # footer reads in flight
+
+
+def _pq() -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:  # pragma: no cover - the extra is installed in CI
+        raise ConfigError(
+            'format="parquet" needs pyarrow: pip install "astream[parquet]"'
+        ) from None
+    return pq
+
+
+def _leaves(t: Any) -> int:
+    n = t.num_fields
+    return 1 if n == 0 else sum(_leaves(t.field(i).type) for i in range(n))
+
+
+def footer_file(info: ObjectInfo, meta: bytes, source: str) -> ParquetFile:
+    """A :class:`ParquetFile` from one object's identity and its footer Thrift bytes."""
+    pq = _pq()
+    import pyarrow as pa
+
+    try:
+        md = pq.read_metadata(
+            pa.BufferReader(b"PAR1" + meta + struct.pack("<I", len(meta)) + b"PAR1")
+        )
+        schema = md.schema.to_arrow_schema()
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise FormatError(f"corrupt Parquet footer ({exc})", source) from None
+    names = [f.name for f in schema]
+    widths = [_leaves(f.type) for f in schema]
+    if sum(widths) != md.num_columns:
+        raise FormatError(
+            f"footer lists {md.num_columns} column chunks, its schema {sum(widths)}", source
+        )
+    pad = 100 if (md.created_by or "").startswith("parquet-mr") else 0  # PARQUET-816
+    data_end = info.size - len(meta) - 8
+    groups = []
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        leaf = 0
+        chunks: list[tuple[tuple[int, int], ...]] = []
+        for w in widths:
+            ranges = []
+            for j in range(leaf, leaf + w):
+                c = rg.column(j)
+                start = c.data_page_offset
+                d = c.dictionary_page_offset
+                if c.has_dictionary_page and d is not None and 0 < d < start:
+                    start = d
+                end = min(start + c.total_compressed_size + pad, data_end)
+                if not 4 <= start < end:
+                    raise FormatError(
+                        f"row group {g}, column {schema[len(chunks)].name!r}: chunk range "
+                        f"{start}-{end} lies outside the data pages (4-{data_end})",
+                        source,
+                    )
+                ranges.append((start, end))
+            leaf += w
+            chunks.append(tuple(sorted(ranges)))
+        groups.append(RowGroup(rg.num_rows, tuple(chunks)))
+    return ParquetFile(
+        info.key,
+        info.size,
+        info.etag,
+        tuple(names),
+        tuple(str(f.type) for f in schema),
+        tuple(groups),
+        bytes(meta),
+    )
+
+
+async def _read_footer(store: ObjectStore, info: ObjectInfo) -> ParquetFile:
+    url = store.url_for(info.key)
+    if info.size < 12:
+        raise FormatError(f"{info.size} bytes: too small to be a Parquet file", url)
+    n_tail = min(info.size, TAIL)
+    tail = await store.get_range(info.key, info.size - n_tail, info.size)
+    if len(tail) != n_tail:
+        raise FormatError(f"object shorter than listed ({info.size} bytes)", url)
+    if tail[-4:] == b"PARE":
+        raise FormatError("encrypted Parquet footers are not supported", url)
+    if tail[-4:] != b"PAR1":
+        raise FormatError("no Parquet footer (missing PAR1 magic: truncated or not Parquet)", url)
+    (n,) = struct.unpack("<I", tail[-8:-4])
+    if n + 12 > info.size:
+        raise FormatError(
+            f"footer length {n} does not fit in the {info.size}-byte object (truncated?)", url
+        )
+    if n + 8 <= n_tail:
+        meta = tail[n_tail - 8 - n : n_tail - 8]
+    else:
+        head = await store.get_range(info.key, info.size - 8 - n, info.size - n_tail)
+        meta = head + tail[:-8]
+    return footer_file(info, meta, url)
+
+
+async def _objects(
+    store: ObjectStore, files: list[str] | None, split: str | None
+) -> list[ObjectInfo]:
+    if files is not None:
+        sem = asyncio.Semaphore(CONCURRENCY)
+
+        async def head(k: str) -> ObjectInfo:
+            async with sem:
+                return await store.head(k)
+
+        return list(await asyncio.gather(*(head(k) for k in files)))
+    listed = {o.key: o async for o in store.list("")}
+    keys = select_keys(list(listed), split)
+    if not keys:
+        where = store.url + (f" (split {split!r})" if split else "")
+        raise EmptyDatasetError(f"no *.parquet objects under {where}")
+    return [listed[k] for k in keys]
+
+
+def _read_cached(path: str) -> ParquetTable | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        return parse_table(data, path)
+    except FormatError:
+        return None  # a damaged cache is rebuilt from the footers
+
+
+async def _published(store: ObjectStore) -> ParquetTable | None:
+    try:
+        data = await store.get_range(INDEX_NAME)
+    except ObjectNotFoundError:
+        return None
+    return parse_table(data, store.url_for(INDEX_NAME))
+
+
+def _same(info: ObjectInfo, f: ParquetFile) -> bool:
+    return info.size == f.size and (info.etag == f.etag or info.etag is None)
+
+
+async def build_table(
+    store: ObjectStore,
+    *,
+    files: list[str] | None = None,
+    split: str | None = None,
+    cached: ParquetTable | None = None,
+    use_published: bool = True,
+) -> tuple[ParquetTable, int]:
+    """The table's index and the number of footers read (0 on a warm start)."""
+    infos = await _objects(store, files, split)
+    known: dict[str, list[ParquetFile]] = {}
+    for f in cached.files if cached is not None else ():
+        known.setdefault(f.key, []).append(f)
+    if use_published and any(not any(_same(i, f) for f in known.get(i.key, ())) for i in infos):
+        pub = await _published(store)
+        for f in pub.files if pub is not None else ():
+            known.setdefault(f.key, []).append(f)
+    out: list[ParquetFile | None] = []
+    todo: list[tuple[int, ObjectInfo]] = []
+    for i in infos:
+        match = next((f for f in known.get(i.key, ()) if _same(i, f)), None)
+        if match is None and i.key in known:
+            old = known[i.key][0]
+            raise FormatError(
+                f"changed since its Parquet index was built (was {old.size} bytes, etag "
+                f"{old.etag}; now {i.size} bytes, etag {i.etag}): its rows would no longer be "
+                "the ones the index (and any checkpoint) numbers; rebuild the index (`astream "
+                "index`) and clear the cache directory, or restore the file",
+                store.url_for(i.key),
+            )
+        out.append(match)
+        if match is None:
+            todo.append((len(out) - 1, i))
+    sem = asyncio.Semaphore(CONCURRENCY)
+
+    async def read(j: int, info: ObjectInfo) -> None:
+        async with sem:
+            out[j] = await _read_footer(store, info)
+
+    await asyncio.gather(*(read(j, i) for j, i in todo))
+    return ParquetTable(tuple(f for f in out if f is not None)), len(todo)
+
+
+async def load_parquet(
+    store: ObjectStore,
+    local: str,
+    *,
+    columns: list[str] | None,
+    files: list[str] | None,
+    split: str | None,
+    in_place: bool,
+) -> Index:
+    """The stream's virtual-shard index (see the module docstring). ``in_place``: ``local`` is
+    the data directory itself (no remote), whose cache index is best-effort."""
+    if not in_place:
+        bound = read_binding(local)
+        if bound is not None and bound.remote != store.url:
+            raise ConfigError(
+                f"local={local!r} is the cache of {bound.remote}; it cannot also hold "
+                f"{store.url}: give this dataset its own `local`"
+            )
+    path = os.path.join(meta_dir(local), CACHE_NAME)
+    cached = _read_cached(path)
+    table, read = await build_table(store, files=files, split=split, cached=cached)
+    data = dump_table(table)
+    if cached is None or read or len(table.files) != len(cached.files):
+        try:
+            write_atomic(path, data, local)
+        except OSError:
+            if not in_place:
+                raise  # a read-only data directory just goes without a cached index
+    if not in_place:
+        for d in new_dirs(local):
+            if not is_entry(d):
+                mark_entry(d, store.url)
+        digest = index_digest(data)
+        bound = read_binding(local)
+        if bound is None or bound.digest != digest:
+            write_binding(local, Binding(store.url, digest))
+    return Index(list(row_group_shards(table, columns)))
