@@ -10,9 +10,14 @@
 2. *Reference* timing: mosaicml-streaming's ``get_partitions('orig')`` + ``get_shuffle('py1e')``
    for the same shard size and world, at ``--ref-samples`` (it materialises the whole epoch, so
    1e9 samples would need tens of GB here), run in a subprocess of the peer interpreter.
-3. *Quality* on the ANCHORS-like indexes (tokens: 200k samples in 8 shards; images: 20k samples
+3. *Reference algorithms in astream* (issue 17): ``plan_epoch(shuffle_algo=algo)`` for every
+   reference algorithm at ``--ref-samples`` (same shard size, NCN 8, World 8x8x8, batch 32):
+   time to the first 10,000 ids of one worker and peak traced memory. These orders are
+   computed whole (as the reference does), so this grows linearly with the epoch.
+4. *Quality* on the ANCHORS-like indexes (tokens: 200k samples in 8 shards; images: 20k samples
    in 32 shards), one node: ours (default block), ours (block 262,144), a full random
-   permutation, and the reference's default (py1e, block max(4M / ncn, 2**18)).
+   permutation, every reference algorithm as astream computes it (``astream.core.refshuffle``,
+   the reference's default block), and the reference itself (py1e) from the peer interpreter.
 
 Medians of repeated runs; the machine is shared, so compare ratios within one run.
 """
@@ -39,6 +44,7 @@ from astream.core.quality import (
     max_live_shards,
     shards_per_window,
 )
+from astream.core.refshuffle import REFERENCE_ALGOS
 from astream.core.world import World
 
 STUB = {
@@ -122,6 +128,29 @@ def bench_scale(block: int | None) -> dict[str, float]:
     }
 
 
+def bench_reference_algos(samples: int) -> dict[str, dict[str, float]]:
+    """First 10,000 ids of one worker under each reference algorithm, through plan_epoch."""
+    sizes = np.full(samples // 4000, 4000, np.int64)
+    world, out = World(8, 8, 8), {}
+    for algo in sorted(REFERENCE_ALGOS):
+        tracemalloc.start()
+        t = time.perf_counter()
+        plan = plan_epoch(
+            [StreamSpec(sizes)], seed=17, epoch=3, num_canonical_nodes=8, batch_size=32,
+            shuffle=True, shuffle_algo=algo, shuffle_block_size=262144,
+        )  # fmt: skip
+        got = 0
+        for batch in plan.worker_batches(world, 37, 6, 0):
+            got += len(batch)
+            if got >= 10_000:
+                break
+        seconds = time.perf_counter() - t
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        out[algo] = {"first_10k_s": seconds, "peak_traced_mb": peak / 1e6}
+    return out
+
+
 def run_peer(peer: str, script: str, *args: str) -> str:
     with tempfile.TemporaryDirectory() as stub:
         for rel, text in STUB.items():
@@ -168,6 +197,13 @@ def bench_quality(label: str, sizes: np.ndarray, peer: str | None) -> list[dict[
         rows.append(quality_row(f"{name} (block {plan.block_size})", ids, bounds))
     perm = np.random.default_rng(0).permutation(int(sizes.sum()))
     rows.append(quality_row("full random permutation", perm, bounds))
+    for algo in sorted(REFERENCE_ALGOS):
+        plan = plan_epoch(
+            [StreamSpec(sizes)], seed=17, epoch=0, num_canonical_nodes=1, batch_size=32,
+            shuffle=True, shuffle_algo=algo,
+        )  # fmt: skip
+        ids = plan.global_ids(0, plan.num_samples)
+        rows.append(quality_row(f"{algo} via astream (block {plan.block_size})", ids, bounds))
     if peer:
         with tempfile.TemporaryDirectory() as tmp:
             np.save(Path(tmp, "sizes.npy"), sizes)
@@ -196,6 +232,10 @@ def main() -> None:
             "samples": shards * 4000,
             **json.loads(run_peer(peer, REF_SCALE, str(shards), "4000", str(drop))),
         }
+    report["reference_algos_in_astream"] = {
+        "samples": args.ref_samples // 4000 * 4000,
+        **bench_reference_algos(args.ref_samples),
+    }
     report["quality"] = bench_quality("tokens 200k/8 shards", np.full(8, 25_000), peer) + (
         bench_quality("images 20k/32 shards", np.full(32, 625), peer)
     )

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from astream.core import refshuffle
 from astream.core.mixing import (
     PartialSelection,
     Pieces,
@@ -145,9 +146,11 @@ def check_options(
 
 
 def _check_options(shuffle_algo: str, sampling_method: str, batching_method: str) -> None:
-    if shuffle_algo in REFERENCE_ALGOS:
-        raise ConfigError(f"shuffle_algo={shuffle_algo!r} is not supported yet (use 'astream')")
-    if shuffle_algo != "astream":
+    if shuffle_algo == "py1b":
+        raise ConfigError(
+            "shuffle_algo='py1b' does not exist in mosaicml-streaming 0.13.0: use 'py1br' or 'py1e'"
+        )
+    if shuffle_algo != "astream" and shuffle_algo not in refshuffle.REFERENCE_ALGOS:
         raise ConfigError(f"shuffle_algo: unknown algorithm {shuffle_algo!r}")
     if sampling_method not in ("balanced", "fixed"):
         raise ConfigError(
@@ -189,7 +192,13 @@ def plan_epoch(
         partition_algo=partition_algo,
     )
     sizes = _check_streams(streams)
-    block = default_block_size(sizes) if shuffle_block_size is None else shuffle_block_size
+    reference = bool(shuffle) and shuffle_algo != "astream"
+    if shuffle_block_size is not None:
+        block = shuffle_block_size
+    elif reference:
+        block = refshuffle.default_block_size(ncn)
+    else:
+        block = default_block_size(sizes)
     check_positive_int("shuffle_block_size", block)
     chosen = choose_per_stream(
         [int(a.sum()) for a in sizes],
@@ -200,6 +209,54 @@ def plan_epoch(
     )
     if int(chosen.sum()) == 0:
         raise ConfigError("streams: the weights choose no sample at all for this epoch")
+    if reference:
+        _check_reference_scope(shuffle_algo, batching_method)
+        plan = plan_epoch(
+            streams,
+            seed=seed,
+            epoch=epoch,
+            num_canonical_nodes=ncn,
+            batch_size=bs,
+            shuffle=False,
+            shuffle_block_size=block,
+            epoch_size=epoch_size,
+            sampling_method=sampling_method,
+            sampling_granularity=sampling_granularity,
+            batching_method=batching_method,
+            global_batch_size=global_batch_size,
+            partition_algo=partition_algo,
+        )
+        whole = all(int(c) == int(a.sum()) and bool((a > 0).all()) for a, c in zip(sizes, chosen))
+        if whole:  # every shard read once: the reference's units are the shards, ids the identity
+            units, small = np.concatenate(sizes).astype(np.int64), None
+        else:
+            balanced_draw = sampling_method == "balanced"
+            units, small = refshuffle.resample(
+                sizes, chosen.tolist(), sampling_granularity, seed, epoch, balanced_draw
+            )
+        n = int(units.sum())
+        # L: the reference's dealt position at each of our positions (a one-shard probe plan)
+        probe = plan_epoch(
+            [StreamSpec(np.array([n], np.int64))], seed=seed, epoch=0,
+            num_canonical_nodes=ncn, batch_size=bs, shuffle=False,
+            partition_algo=partition_algo,
+        )  # fmt: skip
+        at = np.empty(n, np.int64)
+        for lo in range(0, n, _PROBE_CHUNK):  # chunked: ids_at's temporaries stay small
+            hi = min(lo + _PROBE_CHUNK, n)
+            at[lo:hi] = probe.ids_at(np.arange(lo, hi, dtype=np.int64))
+        del probe
+        perm = refshuffle.get_shuffle(shuffle_algo, units, ncn, seed, epoch, block)
+        assert plan.num_samples == n and (small is None or len(small) == n)
+        # the reference maps its dealt position b to small[perm[b]]; composed in place, one
+        # epoch-long array at a time (no small when every shard is read once: the identity)
+        np.take(perm, at, out=at)
+        del perm
+        if small is not None:
+            np.take(small, at, out=at)
+        del small
+        plan._ref_ids = at
+        return plan
     balanced = sampling_method == "balanced"
     partial_epoch = epoch if balanced else 0
     # the reference re-draws how many samples each shard gives only when shuffling (balanced);
@@ -275,6 +332,18 @@ def plan_epoch(
     pieces, partials = pieces_for(k * full_strata)
     subs = [make(p, s + 1) for s, p in enumerate(pieces)]
     return EpochPlan(subs, k, bs, block, ncn, sizes, partition_algo=partition_algo)
+
+
+_PROBE_CHUNK = 1 << 20
+
+
+def _check_reference_scope(algo: str, batching_method: str) -> None:
+    """The reference algorithms are implemented under random batching."""
+    if batching_method != "random":
+        raise ConfigError(
+            f"batching_method={batching_method!r} with shuffle_algo={algo!r} is not supported "
+            f"yet: use batching_method='random' (or shuffle_algo='astream')"
+        )
 
 
 def _check_full_batches(full: I64, chosen: I64, what: str) -> None:
@@ -365,6 +434,9 @@ def _stratum_counts(stratum: int, weights: NDArray[np.float64], chosen: I64) -> 
 class EpochPlan:
     """The planned global sequence of one epoch, and how it is dealt (see module docstring)."""
 
+    # position -> sample id under a reference shuffle_algo (see plan_epoch)
+    _ref_ids: I64 | None = None
+
     def __init__(
         self,
         subs: list[SubPlan],
@@ -403,6 +475,14 @@ class EpochPlan:
         return self.ids_at(np.arange(start, stop, dtype=np.int64))
 
     def ids_at(self, pos: I64) -> I64:
+        """Ids at global positions; under a reference shuffle_algo, read from the table
+        plan_epoch built from the reference's resampling and shuffle."""
+        if self._ref_ids is None:
+            return self._index_ids_at(pos)
+        n = self.num_samples
+        return self._ref_ids[np.where(pos >= n, (pos - n) % n, pos)]
+
+    def _index_ids_at(self, pos: I64) -> I64:
         """Ids at global positions (a position ``p >= N`` reads ``G[(p - N) mod N]``; dealing
         never asks for one: its padding reads real positions, see ``rank_positions``)."""
         n = self.num_samples

@@ -195,6 +195,12 @@ class DatasetConfig:
             "sampling_granularity", kw["sampling_granularity"], 1, MAX_GRANULARITY
         )
         if kw["num_canonical_nodes"] is None:
+            if kw["shuffle"] and kw["shuffle_algo"] != "astream":
+                raise ConfigError(
+                    f"num_canonical_nodes: must be set with shuffle_algo="
+                    f"{kw['shuffle_algo']!r} (the reference's default depends on the physical "
+                    f"node count: pass the value your reference run used)"
+                )
             kw["num_canonical_nodes"] = DEFAULT_NUM_CANONICAL_NODES
         kw["num_canonical_nodes"] = _int(
             "num_canonical_nodes", kw["num_canonical_nodes"], 1, MAX_NUM_CANONICAL_NODES

@@ -32,6 +32,11 @@ def main() -> None:
     p.add_argument("--shuffle", action="store_true")
     p.add_argument("--endpoint", default=None)
     p.add_argument("--dist", action="store_true")
+    p.add_argument("--local", default=None, help="read this local dataset (no --remote)")
+    p.add_argument("--shuffle-algo", default="astream")
+    p.add_argument("--ncn", type=int, default=None)
+    p.add_argument("--seed", type=int, default=9176)
+    p.add_argument("--block", type=int, default=None)
     a = p.parse_args()
     if a.dist:
         import torch.distributed as dist
@@ -40,9 +45,13 @@ def main() -> None:
     opts = {"endpoint_url": a.endpoint} if a.endpoint else None
     ds = StreamingDataset(
         remote=a.remote,
-        local=a.cache_dir,
+        local=a.local or a.cache_dir,
         batch_size=a.batch,
         shuffle=a.shuffle,
+        shuffle_algo=a.shuffle_algo,
+        num_canonical_nodes=a.ncn,
+        shuffle_seed=a.seed,
+        shuffle_block_size=a.block,
         cache_limit=a.cache_limit,
         storage_options=opts,
     )

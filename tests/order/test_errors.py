@@ -18,10 +18,20 @@ def spec(sizes, **kw):
     return StreamSpec(np.array(sizes, np.int64), **kw)
 
 
+def test_py1b_is_refused_as_absent_from_the_reference():
+    with pytest.raises(ConfigError, match=r"^shuffle_algo='py1b' does not exist in mosaicml"):
+        plan([3, 4], shuffle_algo="py1b")
+
+
 @pytest.mark.parametrize("algo", ["py1e", "py1s", "py2s", "py1br", "naive"])
-def test_reference_algorithms_not_supported_yet(algo):
-    with pytest.raises(ConfigError, match=rf"^shuffle_algo='{algo}' is not supported yet"):
-        plan([3, 4], shuffle_algo=algo)
+def test_reference_algorithms_refuse_what_they_do_not_reproduce_yet(algo):
+    with pytest.raises(
+        ConfigError, match=rf"^batching_method='stratified' with shuffle_algo='{algo}'"
+    ):
+        plan_epoch(
+            [spec([30, 30]), spec([20])], seed=0, epoch=0, num_canonical_nodes=1, batch_size=4,
+            shuffle=True, shuffle_algo=algo, batching_method="stratified",
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -37,3 +37,30 @@ def test_metrics_rank_index_order_block_shuffle_and_full_permutation():
         max_live_shards(np.searchsorted(bounds, x, side="right")) for x in (index, blocky, full)
     ]
     assert live[0] == 1 and live[1] <= 2 * 2000 // 500 + 4 and live[2] == 40
+
+
+def test_the_measures_apply_to_every_reference_algorithm():
+    """docs/order.md's claims, on 8 shards of 2,500: py1e/py1br/naive mix like a permutation at
+    the reference's default block; py1s/py2s keep each batch inside one shard."""
+    from astream.core.order import StreamSpec, plan_epoch
+
+    sizes = np.full(8, 2500, np.int64)
+    bounds = np.cumsum(sizes)
+    for algo in ("py1e", "py1br", "naive", "py1s", "py2s"):
+        p = plan_epoch(
+            [StreamSpec(sizes)], seed=17, epoch=0, num_canonical_nodes=1, batch_size=32,
+            shuffle=True, shuffle_algo=algo,
+        )  # fmt: skip
+        ids = p.global_ids(0, p.num_samples)
+        assert sorted(ids.tolist()) == list(range(20_000)), algo
+        shards = np.searchsorted(bounds, ids, side="right")
+        batch = shards_per_window(shards, 32)
+        if algo in ("py1s", "py2s"):
+            assert index_order_score(ids) < 0.2, algo
+            assert max_live_shards(shards) == 1, algo
+            assert batch.max <= 2, algo
+        else:
+            assert 0.95 < index_order_score(ids) < 1.05, algo
+            assert 0.95 < displacement_score(ids) < 1.05, algo
+            assert max_live_shards(shards) == 8, algo
+            assert batch.mean > 7, algo

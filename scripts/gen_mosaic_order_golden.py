@@ -1,0 +1,293 @@
+#!/usr/bin/env python
+"""Regenerate tests/order/golden/mosaic/shuffle.npz from the reference (mosaicml-streaming 0.13.0).
+
+Usage:  python scripts/gen_mosaic_order_golden.py [--peer-python /work/peervenv/bin/python]
+
+It re-executes itself under the peer venv's python (see scripts/peer.py) and records, for every
+case of ``CASES``, the reference's global sample order of one epoch:
+``streaming.base.shuffle.get_shuffle(algo, shard_sizes, num_canonical_nodes, seed, epoch,
+block_size)``. Each array is stored as int32 under the key ``"{case index}"``; the case table
+itself (with the shard sizes) is stored as JSON under ``"cases"``.
+
+``world.npz`` holds, for every case of ``world_cases()``, what the reference's random batching
+(``generate_work_random_batching``, the function ``StreamingDataset`` iterates) deals to every
+(node, rank, worker): its array ``[nodes, ranks, workers, batches, batch]`` with ``-1`` fillers,
+as int16; ``resume.npz`` the same from reference checkpoints (``resume_cases``). Streams are
+read whole; ``resampled.npz`` holds three streams resampled by ``choose`` (through the
+reference's own ``resample_streams``). (``resample_streams`` of a whole stream: one shuffle unit per
+shard, ids in index order).
+"""
+
+from __future__ import annotations
+
+try:
+    import peer  # run as a script: scripts/ is sys.path[0]
+except ImportError:  # imported by the tests as scripts.<name>, for its case tables
+    from scripts import peer
+
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests", "order", "golden", "mosaic")
+
+ALGOS = ("py1e", "py1br", "py1s", "py2s", "naive")
+# Shard size vectors: even shards; irregular shards (some larger than the block, so py1e's
+# clipped-shift branch and shard splits at canonical-node boundaries are both exercised).
+SHARDS = {
+    "even": [64] * 24,
+    "ragged": [7, 130, 1, 55, 300, 12, 90, 45, 33, 200, 5, 77, 64, 150, 9, 21],
+}
+BLOCKS = (40, 1 << 18)
+
+
+def cases() -> list[dict]:
+    """The case table: algorithm x canonical nodes x shard vector x block size x epoch."""
+    out = []
+    for algo in ALGOS:
+        for ncn in (1, 2, 8):
+            for shards in SHARDS:
+                for block in BLOCKS:
+                    for epoch in (0, 1):
+                        seed = 9176 + ncn
+                        out.append(
+                            {
+                                "algo": algo,
+                                "ncn": ncn,
+                                "shards": shards,
+                                "block": block,
+                                "epoch": epoch,
+                                "seed": seed,
+                            }
+                        )
+    return out
+
+
+STREAM_SETS = {
+    "one": [[7, 130, 1, 55, 300, 12, 90, 45, 33, 200, 5, 82]],
+    "three": [[40, 25, 61], [100, 3, 50], [70, 35]],
+}
+SHAPES = ((1, 1, 1), (1, 2, 2), (2, 2, 2))
+BATCH = 4
+
+
+def world_cases() -> list[dict]:
+    """algorithm x canonical nodes x world shape x epoch x stream set, shuffled; and unshuffled
+    (totals 960 and 384: multiples of 8 canonical nodes x 8 workers... no padding, see below)
+    once per (canonical nodes, shape, epoch, stream set), as the algorithm plays no part."""
+    out = []
+    for algo in (*ALGOS, None):
+        for ncn in (1, 2, 8):
+            for shape in SHAPES:
+                for epoch in (0, 1):
+                    for streams in STREAM_SETS:
+                        block = 100 if ncn != 2 else max(4_000_000 // ncn, 1 << 18)
+                        out.append(
+                            {
+                                "algo": algo or "py1e",
+                                "shuffle": algo is not None,
+                                "ncn": ncn,
+                                "shape": list(shape),
+                                "epoch": epoch,
+                                "streams": streams,
+                                "block": block,
+                                "seed": 17,
+                                "partition_algo": "orig" if ncn == 8 else "relaxed",
+                            }
+                        )
+    return out
+
+
+def _reference_work(c: dict, start: int = 0):
+    from types import SimpleNamespace
+
+    import numpy as np
+    from streaming.base.batching.random import generate_work_random_batching
+
+    stream_sizes = STREAM_SETS[c["streams"]]
+    flat = np.array([x for s in stream_sizes for x in s], np.int64)
+
+    def resample_streams(epoch: int, stream_id: int | None = None):
+        return flat.copy(), np.arange(int(flat.sum()), dtype=np.int64)
+
+    fake = SimpleNamespace(
+        num_canonical_nodes=c["ncn"],
+        batch_size=BATCH,
+        resample_streams=resample_streams,
+        partition_algo=c["partition_algo"],
+        epoch_size=int(flat.sum()),
+        initial_physical_nodes=None,
+        shuffle=c["shuffle"],
+        shuffle_algo=c["algo"],
+        shuffle_seed=c["seed"],
+        shuffle_block_size=c["block"],
+    )
+    pn, rpn, workers = c["shape"]
+    world = SimpleNamespace(num_nodes=pn, ranks_per_node=rpn, workers_per_rank=workers)
+    return generate_work_random_batching(fake, world, c["epoch"], start)  # type: ignore[arg-type]
+
+
+def _world() -> None:
+    import numpy as np
+
+    arrays = {}
+    table = world_cases()
+    for k, c in enumerate(table):
+        arrays[str(k)] = np.asarray(_reference_work(c), np.int16)
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "streams": STREAM_SETS}
+    np.savez_compressed(os.path.join(OUT, "world.npz"), cases=json.dumps(meta), **arrays)
+
+
+def resume_cases() -> list[dict]:
+    """Checkpoints as the reference writes them (``StreamingDataset.state_dict``: the keys
+    epoch, sample_in_epoch, num_canonical_nodes, shuffle_seed, initial_physical_nodes) at three
+    positions of an epoch, per algorithm and shape; ``start`` 0 is the uninterrupted epoch."""
+    out = []
+    for algo in ALGOS:
+        for shape in SHAPES:
+            ranks = shape[0] * shape[1]
+            for start in (0, 4 * ranks * 3, 4 * ranks * 50, 960 - 4 * ranks):
+                out.append(
+                    {
+                        "algo": algo,
+                        "shuffle": True,
+                        "ncn": 2,
+                        "shape": list(shape),
+                        "epoch": 1,
+                        "streams": "one",
+                        "block": 100,
+                        "seed": 23,
+                        "partition_algo": "relaxed",
+                        "state": {
+                            "epoch": 1,
+                            "sample_in_epoch": start,
+                            "num_canonical_nodes": 2,
+                            "shuffle_seed": 23,
+                            "initial_physical_nodes": shape[0],
+                        },
+                    }
+                )
+    return out
+
+
+def _resume() -> None:
+    import numpy as np
+
+    arrays = {}
+    table = resume_cases()
+    for k, c in enumerate(table):
+        work = _reference_work(c, c["state"]["sample_in_epoch"])
+        arrays[str(k)] = np.asarray(work, np.int16)
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "streams": STREAM_SETS}
+    np.savez_compressed(os.path.join(OUT, "resume.npz"), cases=json.dumps(meta), **arrays)
+
+
+# three streams resampled: upsampled with a partial copy, downsampled, repeated twice
+RESAMPLED = {"streams": "three", "choose": [200, 60, 220]}
+
+
+def resampled_cases() -> list[dict]:
+    """algorithm x canonical nodes x shape x epoch, three resampled streams; sampling_method
+    balanced, granularity 1, except fixed / granularity 4 on epoch 1 with 2 canonical nodes."""
+    out = []
+    for algo in ALGOS:
+        for ncn in (1, 2, 8):
+            for shape in SHAPES:
+                for epoch in (0, 1):
+                    odd = epoch == 1 and ncn == 2
+                    out.append(
+                        {
+                            "algo": algo,
+                            "shuffle": True,
+                            "ncn": ncn,
+                            "shape": list(shape),
+                            "epoch": epoch,
+                            "streams": "three",
+                            "choose": RESAMPLED["choose"],
+                            "sampling_method": "fixed" if odd else "balanced",
+                            "granularity": 4 if odd else 1,
+                            "block": 100,
+                            "seed": 31,
+                            "partition_algo": "relaxed",
+                        }
+                    )
+    return out
+
+
+def _resampled_work(c: dict):
+    from types import SimpleNamespace
+
+    import numpy as np
+    from streaming.base.batching.random import generate_work_random_batching
+    from streaming.base.dataset import StreamingDataset
+
+    stream_sizes = STREAM_SETS[c["streams"]]
+    flat = np.array([x for s in stream_sizes for x in s], np.int64)
+    counts = [len(s) for s in stream_sizes]
+    fake = SimpleNamespace(
+        shuffle_seed=c["seed"],
+        sampling_method=c["sampling_method"],
+        num_streams=len(stream_sizes),
+        shard_offset_per_stream=np.cumsum([0, *counts[:-1]]).astype(np.int64),
+        shards_per_stream=np.array(counts, np.int64),
+        samples_per_shard=flat,
+        sample_offset_per_shard=(np.cumsum(flat) - flat).astype(np.int64),
+        streams=[SimpleNamespace(choose=x) for x in c["choose"]],
+        sampling_granularity=c["granularity"],
+        epoch_seed_change=c["shuffle"] and c["sampling_method"] == "balanced",
+        num_canonical_nodes=c["ncn"],
+        batch_size=BATCH,
+        partition_algo=c["partition_algo"],
+        epoch_size=sum(c["choose"]),
+        initial_physical_nodes=None,
+        shuffle=c["shuffle"],
+        shuffle_algo=c["algo"],
+        shuffle_block_size=c["block"],
+    )
+    fake.resample_streams = lambda epoch, stream_id=None: StreamingDataset.resample_streams(
+        fake, epoch, stream_id
+    )
+    pn, rpn, workers = c["shape"]
+    world = SimpleNamespace(num_nodes=pn, ranks_per_node=rpn, workers_per_rank=workers)
+    return generate_work_random_batching(fake, world, c["epoch"], 0)  # type: ignore[arg-type]
+
+
+def _resampled() -> None:
+    import numpy as np
+
+    arrays = {}
+    table = resampled_cases()
+    for k, c in enumerate(table):
+        arrays[str(k)] = np.asarray(_resampled_work(c), np.int16)
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "streams": STREAM_SETS}
+    np.savez_compressed(os.path.join(OUT, "resampled.npz"), cases=json.dumps(meta), **arrays)
+
+
+def _inner() -> None:
+    import warnings
+
+    import numpy as np
+    from streaming.base.shuffle import get_shuffle
+
+    warnings.simplefilter("ignore")
+    os.makedirs(OUT, exist_ok=True)
+    arrays = {}
+    table = cases()
+    for k, c in enumerate(table):
+        sizes = np.array(SHARDS[c["shards"]], np.int64)
+        ids = get_shuffle(c["algo"], sizes, c["ncn"], c["seed"], c["epoch"], c["block"])
+        arrays[str(k)] = np.asarray(ids, np.int32)
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "shards": SHARDS}
+    np.savez_compressed(os.path.join(OUT, "shuffle.npz"), cases=json.dumps(meta), **arrays)
+    _world()
+    _resume()
+    _resampled()
+
+
+def main() -> int:
+    return peer.main(__file__, __doc__, _inner)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
