@@ -123,11 +123,20 @@ def _shuffle_within_groups(spans: Spans, groups: Spans, rng: np.random.Generator
     return result
 
 
-def _py1s(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
+def _shuffled_spans(
+    sizes: I64, ncn: int, seed: int, epoch: int
+) -> tuple[Spans, Spans, np.random.Generator, I64]:
+    """The start the shard-span algorithms share: the run's spans, each canonical node's spans
+    shuffled by the epoch's generator (which the caller goes on drawing from), and an empty
+    id array of the epoch's length."""
     spans, groups, total = _run_order(sizes, ncn, seed)
     rng = np.random.default_rng(seed + epoch)
     spans = _shuffle_within_groups(spans, groups, rng)
-    ids = np.empty(total, np.int64)
+    return spans, groups, rng, np.empty(total, np.int64)
+
+
+def _py1s(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
+    spans, _groups, rng, ids = _shuffled_spans(sizes, ncn, seed, epoch)
     at = 0
     for lo, hi in spans:
         ids[at : at + hi - lo] = np.arange(lo, hi)
@@ -183,10 +192,7 @@ def _py2s(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
 
 
 def _py1br(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
-    spans, groups, total = _run_order(sizes, ncn, seed)
-    rng = np.random.default_rng(seed + epoch)
-    spans = _shuffle_within_groups(spans, groups, rng)
-    ids = np.empty(total, np.int64)
+    spans, groups, rng, ids = _shuffled_spans(sizes, ncn, seed, epoch)
     stagger = rng.integers(0, int(0.75 * block), (ncn,))
     stop = 0
     for node, (begin, end) in enumerate(groups):
@@ -209,10 +215,7 @@ def _py1br(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
 
 
 def _py1e(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
-    spans, groups, total = _run_order(sizes, ncn, seed)
-    rng = np.random.default_rng(seed + epoch)
-    spans = _shuffle_within_groups(spans, groups, rng)
-    ids = np.empty(total, np.int64)
+    spans, groups, rng, ids = _shuffled_spans(sizes, ncn, seed, epoch)
     at = 0
     narrow = False
     for begin, end in groups:
