@@ -163,3 +163,20 @@ def test_downloads_match_the_plan_and_beat_lru(
     # reshuffled order needs next), as the plan says
     assert plans["next_use"].total("bytes", 1) < plans["lru"].total("bytes", 1)
     assert measured["next_use"][1] < measured["lru"][1], measured
+    out = os.environ.get("ASTREAM_EVICT_RESULTS")  # docs/plan.md's table: raw figures
+    if out:
+        with open(out, "a") as f:
+            for policy in ("next_use", "lru"):
+                row = {
+                    "cache_shards": shards,
+                    "cache_limit": limit,
+                    "policy": policy,
+                    "measured_bytes": measured[policy],
+                    "planned_bytes": [plans[policy].total("bytes", e) for e in range(2)],
+                    "dataset_bytes": sum(
+                        os.path.getsize(os.path.join(src, n))
+                        for n in os.listdir(src)
+                        if "shard" in n
+                    ),
+                }
+                f.write(json.dumps(row) + "\n")
