@@ -164,7 +164,7 @@ class _Warmer:
 
 
 def _bridge_run(coro: Any) -> Any:
-    from astream.runtime import bridge
+    from astream import bridge
 
     return bridge.run(coro)
 
@@ -495,7 +495,7 @@ class StreamingCore:
         it). Returns whether it is present; with ``blocking=False`` a shard that another process
         is fetching, or that needs an eviction, is skipped (False)."""
         s = self._check_shard(shard_id)
-        from astream.runtime import bridge
+        from astream import bridge
 
         return bool(bridge.run(self.engine.download(s, bool(blocking))))
 
@@ -878,7 +878,7 @@ class StreamingCore:
         if not 0 <= i < n:
             raise IndexError(f"sample index {index} out of range for {n} samples")
         if io == "thread":
-            from astream.runtime import bridge
+            from astream import bridge
 
             x = await asyncio.wrap_future(bridge.submit(self.engine.aget(i)))
         elif io == "loop":

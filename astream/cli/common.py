@@ -2,7 +2,7 @@
 
 A dataset argument is a local directory (or ``file://`` URL) or a remote URL that
 ``astream.storage.open_store`` understands. Remote reads run on astream's loop thread through
-:mod:`astream.runtime.bridge`; every error is an :mod:`astream.errors` type, which ``main``
+:mod:`astream.bridge`; every error is an :mod:`astream.errors` type, which ``main``
 turns into one line on stderr.
 """
 
@@ -40,7 +40,7 @@ def read_index(url: str, **options: Any) -> Index:
                 return parse_index(f.read(), path)
         except FileNotFoundError:
             raise ObjectNotFoundError("no index.json (is this an MDS dataset?)", path) from None
-    from astream.runtime import bridge
+    from astream import bridge
     from astream.storage import open_store
 
     async def go() -> bytes:

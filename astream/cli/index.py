@@ -41,7 +41,7 @@ def _store_url(url: str) -> str:
 def read_table(url: str, split: str | None = None, *, write: bool = False) -> ParquetTable:
     """The table's index from its footers (never from a published index); with ``write``,
     also published at ``url``/_astream_parquet_index.bin."""
-    from astream.runtime import bridge
+    from astream import bridge
     from astream.runtime.parquet_index import build_table
     from astream.storage import open_store
 

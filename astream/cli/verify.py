@@ -221,7 +221,7 @@ def unsafe_shards(index: Index) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from astream.runtime import bridge
+    from astream import bridge
 
     url = join_split(args.url, args.split)
     index = read_index(url)

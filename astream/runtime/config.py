@@ -51,12 +51,12 @@ from typing import Any
 
 import numpy as np
 
+from astream import bridge
 from astream.core.index import Index
 from astream.core.order import DEFAULT_NUM_CANONICAL_NODES, StreamSpec
 from astream.core.sizes import parse_count, parse_size
 from astream.core.world import check_positive_int
 from astream.errors import ConfigError, EmptyDatasetError, FormatError, UnsafeEncodingError
-from astream.runtime import bridge
 from astream.runtime.catalog import StreamSource, load_index
 from astream.runtime.stores import StorePool
 from astream.storage import RetryPolicy

@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
+from astream import bridge
 from astream.core.batchdecode import ColumnBatch
 from astream.core.eviction import ConsumerClock, check_policy
 from astream.core.shard import header_size, parse_offsets
 from astream.errors import FormatError
-from astream.runtime import bridge
 from astream.runtime.batch import BatchLayouts, locate_batch
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from astream.runtime import bridge
+from astream import bridge
 from astream.runtime.catalog import Catalog
 from astream.runtime.fetch import is_complete
 from astream.runtime.reader import Groups, batch_groups

@@ -20,7 +20,7 @@ import asyncio
 import weakref
 from typing import Any
 
-from astream.runtime import bridge
+from astream import bridge
 from astream.storage import ObjectStore, RetryPolicy, open_store
 
 __all__ = ["StorePool"]

@@ -1,6 +1,6 @@
 """Blocking helpers for synchronous callers (merge_index, the CLI): whole-prefix transfers.
 
-Each call opens a store for the URL on astream's loop thread (:mod:`astream.runtime.bridge`),
+Each call opens a store for the URL on astream's loop thread (:mod:`astream.bridge`),
 does the transfer there and closes the store; errors arrive unchanged.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from astream.runtime import bridge
+from astream import bridge
 from astream.storage.registry import open_store
 from astream.storage.transfer import download_tree, upload_tree
 

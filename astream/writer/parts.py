@@ -77,7 +77,7 @@ def _join(base: str, name: str) -> str:
 
 
 def _remote_is_empty(url: str) -> bool:
-    from astream.runtime import bridge
+    from astream import bridge
     from astream.storage.registry import open_store
 
     async def probe() -> bool:

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 ``shard_done(path, key)`` schedules ``store.put_file(key, path)`` on astream's loop thread
-(:func:`astream.runtime.bridge.submit`) and returns at once; at most ``max_concurrency`` uploads
+(:func:`astream.bridge.submit`) and returns at once; at most ``max_concurrency`` uploads
 run together (a semaphore on the loop), the rest wait their turn there, never in the writer. A
 done-callback records the *first* failure; ``shard_done`` and ``check`` re-raise it (the original
 exception object), so an upload error surfaces at the writer's next ``write``. ``finish`` waits for
@@ -24,8 +24,8 @@ import os
 import threading
 from typing import Any
 
+from astream import bridge
 from astream.errors import ConfigError, ObjectNotFoundError
-from astream.runtime import bridge
 from astream.storage.registry import open_store
 from astream.storage.retry import RetryPolicy
 

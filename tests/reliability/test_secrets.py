@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from astream import StreamingDataset
+from astream import StreamingDataset, bridge
 from astream.errors import AccessDeniedError, ObjectNotFoundError, StorageError
-from astream.runtime import bridge
 from astream.storage import open_store
 from astream.testing import AzuriteServer
 

@@ -17,6 +17,11 @@ chance to be cancelled, so interpreter exit never hangs on astream.
 
 Calling :func:`run` from the loop thread itself would deadlock; it raises ``RuntimeError``
 instead. Async callers use the async API directly and never come through here.
+
+Layer: a foundation module beside :mod:`astream.errors`, below storage/. It imports only the
+standard library, so storage/ (``storage/sync.py``), writer/ (the upload sink), runtime/, the
+dataset and the CLI all reach the loop through it without importing runtime/. It is not in
+core/ because core is pure (no asyncio, no threads); tests/test_layers.py keeps it that way.
 """
 
 from __future__ import annotations
@@ -127,7 +132,7 @@ def run(
     A ``KeyboardInterrupt`` while waiting cancels the coroutine before propagating.
     """
     if in_loop_thread():
-        raise RuntimeError("astream.runtime.bridge.run() called from the loop thread itself")
+        raise RuntimeError("astream.bridge.run() called from the loop thread itself")
     coro: Coroutine[Any, Any, T] = fn if asyncio.iscoroutine(fn) else fn(*args)  # type: ignore[operator,assignment]
     fut: concurrent.futures.Future[T] = submit(coro)
     try:
