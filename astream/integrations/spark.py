@@ -33,7 +33,7 @@ from typing import Any
 from astream.errors import ConfigError
 from astream.integrations.frames import frame_samples
 from astream.integrations.spark_types import check_columns, infer_columns
-from astream.writer.mds import split_out
+from astream.writer.output import split_out
 from astream.writer.parts import (
     PartResult,
     check_output,

@@ -29,7 +29,8 @@ from typing import Any
 
 from astream.errors import ConfigError
 from astream.storage import RetryPolicy, open_store
-from astream.writer.mds import MDSWriter, split_out
+from astream.writer.mds import MDSWriter
+from astream.writer.output import split_out
 
 __all__ = ["AsyncMDSWriter"]
 

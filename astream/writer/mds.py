@@ -33,47 +33,14 @@ from astream.core.index import INDEX_BASENAME, FileInfo, Index, ShardEntry, dump
 from astream.core.shard import SampleEncoder, build_shard
 from astream.core.sizes import parse_size
 from astream.errors import ConfigError, OutputExistsError
+from astream.writer.output import split_out, write_atomic
 from astream.writer.sink import LocalSink, ShardSink
 
-__all__ = ["MDSWriter", "ShardWriter", "split_out", "write_atomic"]
+__all__ = ["MDSWriter", "ShardWriter"]
 
 SinkFactory = Callable[[str, str, bool], ShardSink]
 _KNOWN_KWARGS = {"retry"}
 MAX_UPLOAD_WORKERS = 256  # max_workers: concurrent shard uploads (each holds a shard in memory)
-
-
-def split_out(out: Any) -> tuple[str | None, str | None]:
-    """``out`` -> (local dir or None, remote URL or None)."""
-    if isinstance(out, tuple):
-        if len(out) != 2 or not all(isinstance(x, (str, os.PathLike)) for x in out):
-            raise ConfigError(f"out: a tuple must be (local_dir, remote_url), got {out!r}")
-        return os.path.expanduser(os.fspath(out[0])), os.fspath(out[1])
-    if not isinstance(out, (str, os.PathLike)):
-        raise ConfigError(f"out must be a path, a URL or a (local, remote) tuple, got {out!r}")
-    text = os.fspath(out)
-    if text.startswith("file://"):
-        return text[len("file://") :], None
-    if "://" in text:
-        return None, text
-    if not text:
-        raise ConfigError("out must not be empty")
-    return os.path.expanduser(text), None
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same directory and a rename."""
-    dirname, base = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=dirname or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def _remote_sink(remote: str, local: str, keep_local: bool, extra: dict[str, Any]) -> ShardSink:

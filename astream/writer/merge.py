@@ -12,9 +12,10 @@ Call forms, as in the reference:
 - ``merge_index(out, keep_local=True, download_timeout=60)``: every ``*/index.json`` directly
   under ``out``, in the reference's (sorted path) order.
 
-Where sub-indexes come from and where the result goes is behind :class:`IndexLocator`; only the
-local locator exists here. Remote URLs raise ConfigError until the storage layer registers a
-locator through :func:`register_remote_locator`.
+Where sub-indexes come from and where the result goes is behind :class:`IndexLocator`; the
+local locator lives here. The first remote URL imports ``writer/remote.py``'s
+``RemoteIndexLocator`` (storage layer, imported lazily so a local merge never loads it);
+:func:`register_remote_locator` replaces it. ``remote`` never imports this module back.
 
 Differences from the reference: only ``index.json`` files one directory level down are merged
 in the root form (the reference takes any ``.json`` at any depth, and deeper ones get a wrong
@@ -31,7 +32,7 @@ from typing import Any, Protocol
 from astream.core.index import INDEX_BASENAME, FileInfo, Index, ShardEntry, dump_index, parse_index
 from astream.core.paths import safe_relpath
 from astream.errors import ConfigError, FormatError
-from astream.writer.mds import split_out, write_atomic
+from astream.writer.output import split_out, write_atomic
 
 __all__ = ["IndexLocator", "merge_index", "merge_indexes", "register_remote_locator"]
 
@@ -80,12 +81,17 @@ def register_remote_locator(locator: IndexLocator | None) -> None:
 
 
 def _locator(url: str) -> IndexLocator:
+    global _remote
     if "://" not in url or url.startswith("file://"):
         return _LOCAL
     if _remote is None:
-        import astream.writer.remote  # noqa: F401  (registers the remote locator)
-    if _remote is None:
-        raise ConfigError(f"merge_index: remote location {url!r} needs the storage layer")
+        try:
+            from astream.writer.remote import RemoteIndexLocator
+        except ImportError:
+            raise ConfigError(
+                f"merge_index: remote location {url!r} needs the storage layer"
+            ) from None
+        _remote = RemoteIndexLocator()
     return _remote
 
 

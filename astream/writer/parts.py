@@ -43,7 +43,8 @@ from typing import Any
 
 from astream.core.index import INDEX_BASENAME
 from astream.errors import ConfigError, OutputExistsError
-from astream.writer.mds import MDSWriter, split_out
+from astream.writer.mds import MDSWriter
+from astream.writer.output import split_out
 
 __all__ = [
     "PartResult",
@@ -96,7 +97,7 @@ def _remote_is_empty(url: str) -> bool:
 def check_output(out: Any, exist_ok: bool) -> tuple[str | None, str | None]:
     """Refuse a non-empty output unless ``exist_ok``; with it, empty a local output.
 
-    Returns ``(local, remote)`` as :func:`~astream.writer.mds.split_out` does."""
+    Returns ``(local, remote)`` as :func:`~astream.writer.output.split_out` does."""
     local, remote = split_out(out)
     if remote is not None and not exist_ok and not _remote_is_empty(remote):
         raise OutputExistsError(
