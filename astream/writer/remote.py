@@ -12,8 +12,9 @@ reader never sees an index that names a missing shard. With ``keep_local=False``
 is deleted right after its own upload succeeded. ``close`` cancels what is still pending and
 closes the store on the loop.
 
-Importing this module also registers a remote index locator with :mod:`astream.writer.merge`,
-so ``merge_index`` can read sub-indexes from, and write the merged index to, any store URL.
+:class:`RemoteIndexLocator` lets ``merge_index`` read sub-indexes from, and write the merged
+index to, any store URL; :mod:`astream.writer.merge` imports it on its first remote URL. This
+module imports nothing from merge (nor from mds), so writer/ has no import circle.
 """
 
 from __future__ import annotations
@@ -174,16 +175,3 @@ class RemoteIndexLocator:
 
     def write(self, out: str, data: bytes, keep_local: bool) -> None:
         bridge.run(_with_store(out, "put", INDEX, data))
-
-
-def _register() -> None:
-    try:
-        from astream.writer import merge
-    except ImportError:  # merge_index not built: nothing to register with
-        return
-    register = getattr(merge, "register_remote_locator", None)
-    if register is not None:
-        register(RemoteIndexLocator())
-
-
-_register()
