@@ -30,7 +30,8 @@ import os
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -52,6 +53,44 @@ from astream.runtime.stores import StorePool
 __all__ = ["Engine"]
 
 Batches = Iterator[np.ndarray[Any, np.dtype[np.int64]]]
+
+
+@dataclass
+class _ProcessParts:
+    """What an :class:`Engine` owns in one process: built on first use there (checked by pid),
+    never pickled, so nothing bound to a thread, a loop or a socket crosses a process boundary."""
+
+    stats: Stats
+    space: CacheSpace
+    fetcher: ShardFetcher
+    random: ShardOpener  # the opener of random access (``get``/``aget``)
+    # shard -> its sample offsets, read by range (``aget_range``)
+    headers: dict[int, list[int]] = field(default_factory=dict)
+    # shard -> bytes spent on ranges since its last promotion (``_maybe_promote``)
+    range_bytes: dict[int, int] = field(default_factory=dict)
+    # shard -> its whole-shard fetch started by a promotion, while it runs
+    promoting: dict[int, asyncio.Task[bool]] = field(default_factory=dict)
+    # a cached file's raw path -> its shard (``next_use`` evictions); filled on first use
+    file_shard: dict[str, int] = field(default_factory=dict)
+
+
+class _Follow(NamedTuple):
+    """Where the next iteration is in its node's time (set by :meth:`Engine.follow`)."""
+
+    clock: ConsumerClock
+    shape: tuple[int, int, int, int]  # (nodes, ranks per node, workers per rank, this node)
+    epoch: int
+    worker: int
+
+
+class _SyncReader(NamedTuple):
+    """The parts of one synchronous iteration (:meth:`Engine._sync_reader`)."""
+
+    lookahead: Lookahead
+    prefetcher: Prefetcher
+    opener: ShardOpener  # this iteration's own (its pins are released per batch)
+    open_shard: Callable[[int], OpenShard]  # shard -> open handle, fetching when needed
+    tracker: _Tracker | None
 
 
 class Engine:
@@ -77,19 +116,20 @@ class Engine:
         self.ahead = ahead
         self.concurrency = concurrency
         self.cache_policy = check_policy(cache_policy)
-        self._follow: Any = None  # the next iteration's place in the node (see follow)
+        self._follow: _Follow | None = None  # the next iteration's place in the node
         self._pid = -1
-        self._local: dict[str, Any] = {}
+        self._local: _ProcessParts | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_pid"] = -1
-        state["_local"] = {}
+        state["_local"] = None
         return state
 
     # -- process-local parts -----------------------------------------------------------------
-    def _parts(self) -> dict[str, Any]:
-        if self._pid != os.getpid():
+    def _parts(self) -> _ProcessParts:
+        parts = self._local
+        if parts is None or self._pid != os.getpid():
             stats = Stats()
             if len(self.catalog.sources) > 1:
                 stats.stream_samples = [0] * len(self.catalog.sources)
@@ -104,33 +144,32 @@ class Engine:
                 validate_hash=self.validate_hash,
                 keep_zip=self.keep_zip,
             )
-            self._local = {"stats": stats, "space": space, "fetcher": fetcher, "headers": {}}
-            self._local["random"] = self._opener()
+            parts = _ProcessParts(stats, space, fetcher, self._opener(space, stats))
+            self._local = parts
             self._pid = os.getpid()
-        return self._local
+        return parts
 
-    def _opener(self) -> ShardOpener:
-        p = self._local
+    def _opener(self, space: CacheSpace, stats: Stats) -> ShardOpener:
         return ShardOpener(
             self.catalog,
-            p["space"],
-            p["stats"],
+            space,
+            stats,
             allow_unsafe_types=self.allow_unsafe_types,
             validate_hash=self.validate_hash,
         )
 
     @property
     def stats(self) -> Stats:
-        stats: Stats = self._parts()["stats"]
+        stats = self._parts().stats
         stats.retries = self.stores.retries()
         return stats
 
     @property
     def space(self) -> CacheSpace:
-        return self._parts()["space"]  # type: ignore[no-any-return]
+        return self._parts().space
 
     async def download(self, s: int, block: bool) -> bool:
-        fetcher: ShardFetcher = self._parts()["fetcher"]
+        fetcher = self._parts().fetcher
         return await fetcher.download(self.catalog.shards[s], block=block)
 
     # -- iteration -----------------------------------------------------------------------------
@@ -146,7 +185,7 @@ class Engine:
             return
         clock = ConsumerClock.for_consumer(plan, world, rank, worker, start, skip)
         shape = (world.num_nodes, world.ranks_per_node, world.workers_per_rank, world.node_of(rank))
-        self._follow = (clock, shape, epoch, worker)
+        self._follow = _Follow(clock, shape, epoch, worker)
 
     def _track(self, space: CacheSpace, la: Lookahead) -> _Tracker | None:
         follow, self._follow = self._follow, None
@@ -164,7 +203,7 @@ class Engine:
         return tracker
 
     def _file_shard(self) -> dict[str, int]:
-        index: dict[str, int] = self._local.setdefault("file_shard", {})
+        index = self._parts().file_shard
         if not index:
             for s, shard in enumerate(self.catalog.shards):
                 index[shard.files.raw_path] = s
@@ -172,17 +211,15 @@ class Engine:
                     index[shard.meta.files.raw_path] = s
         return index
 
-    def _sync_reader(
-        self, batches: Batches
-    ) -> tuple[Lookahead, Prefetcher, ShardOpener, Any, _Tracker | None]:
+    def _sync_reader(self, batches: Batches) -> _SyncReader:
         """The lookahead, prefetcher, opener, ``open_shard`` and next-use tracker of one
         synchronous iteration."""
         parts = self._parts()
-        stats: Stats = parts["stats"]
-        opener = self._opener()
+        stats = parts.stats
+        opener = self._opener(parts.space, stats)
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
-        tracker = self._track(parts["space"], la)
+        tracker = self._track(parts.space, la)
         stats.live = (weakref.ref(pf), weakref.ref(la))  # for astream.metrics
 
         def fetch(s: int) -> None:
@@ -201,7 +238,7 @@ class Engine:
                 la.forget(s)
             return h
 
-        return la, pf, opener, open_shard, tracker
+        return _SyncReader(la, pf, opener, open_shard, tracker)
 
     def iter_samples(
         self, batches: Batches, cursor: list[Any] | None = None
@@ -211,7 +248,7 @@ class Engine:
         ``cursor`` (``[samples of finished batches, iterator of the current batch, its size]``)
         lets the caller count the samples consumed at no per-sample cost: the current batch's
         list iterator knows how many of its items are left."""
-        stats: Stats = self._parts()["stats"]
+        stats = self._parts().stats
         la, pf, opener, open_shard, tracker = self._sync_reader(batches)
         multi = bool(stats.stream_samples)
         try:
@@ -249,7 +286,7 @@ class Engine:
         """Each planned batch of ``batches`` as columns (see :mod:`astream.runtime.batch`):
         located in its shards, then ``finish(column_batch)`` (which allocates and fills it) is
         yielded. ``cursor[0]`` counts the samples of the batches handed out."""
-        stats: Stats = self._parts()["stats"]
+        stats = self._parts().stats
         la, pf, opener, open_shard, tracker = self._sync_reader(batches)
         multi = bool(stats.stream_samples)
         layouts = BatchLayouts(self.catalog)
@@ -291,13 +328,13 @@ class Engine:
 
             raise ConfigError(f"io must be 'thread' or 'loop', got {io!r}")
         parts = self._parts()
-        stats: Stats = parts["stats"]
-        opener = self._opener()
+        stats = parts.stats
+        opener = self._opener(parts.space, stats)
         on_loop = io == "loop"
         loop = asyncio.get_running_loop() if on_loop else None
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
-        tracker = self._track(parts["space"], la)
+        tracker = self._track(parts.space, la)
         stats.live, multi = (weakref.ref(pf), weakref.ref(la)), bool(stats.stream_samples)
 
         async def demand(s: int) -> bool:
@@ -392,7 +429,7 @@ class Engine:
     # -- random access -------------------------------------------------------------------------
     def get(self, i: int) -> dict[str, Any]:
         """Sample ``i`` (a global index) without downloading its shard when avoidable."""
-        opener: ShardOpener = self._parts()["random"]
+        opener = self._parts().random
         s, li = self.catalog.locate_one(i)
         h = opener.try_open(s)
         if h is not None:
@@ -406,7 +443,7 @@ class Engine:
         return h.sample(li)
 
     async def aget(self, i: int) -> dict[str, Any]:
-        opener: ShardOpener = self._parts()["random"]
+        opener = self._parts().random
         s, li = self.catalog.locate_one(i)
         h = opener.try_open(s)
         if h is None:
@@ -422,8 +459,8 @@ class Engine:
 
     async def aget_range(self, s: int, li: int) -> dict[str, Any]:
         parts = self._parts()
-        stats: Stats = parts["stats"]
-        opener: ShardOpener = parts["random"]
+        stats = parts.stats
+        opener = parts.random
         local = await self._promoted(parts, s, li)
         if local is not None:
             return local
@@ -431,7 +468,7 @@ class Engine:
         entry = self.catalog.entries[s]
         assert shard.remote is not None
         store = self.stores.get(shard.remote)
-        headers: dict[int, list[int]] = parts["headers"]
+        headers = parts.headers
         offsets = headers.get(s)
         spent = 0
         if offsets is None:
@@ -453,35 +490,35 @@ class Engine:
         stats.samples += 1
         return opener.decoder(s).decode(memoryview(data))
 
-    async def _promoted(self, parts: dict[str, Any], s: int, li: int) -> dict[str, Any] | None:
+    async def _promoted(self, parts: _ProcessParts, s: int, li: int) -> dict[str, Any] | None:
         """Sample ``li`` of ``s`` from the cache once a promotion of ``s`` started on this loop
         has finished (waiting for it: its bytes are already on the way); None to read a range
         (no promotion, one on another loop, or one that could not make room)."""
-        task: asyncio.Task[bool] | None = parts.setdefault("promoting", {}).get(s)
+        task = parts.promoting.get(s)
         if task is None or task.get_loop() is not asyncio.get_running_loop():
             return None
         try:
             ok = await asyncio.shield(task)
         except Exception:
             ok = False
-        opener: ShardOpener = parts["random"]
+        opener = parts.random
         h = opener.try_open(s) if ok else None
         if h is None:
             return None
-        parts["stats"].samples += 1
+        parts.stats.samples += 1
         return h.sample(li)
 
-    def _maybe_promote(self, parts: dict[str, Any], s: int, nbytes: int) -> None:
+    def _maybe_promote(self, parts: _ProcessParts, s: int, nbytes: int) -> None:
         """Count ``nbytes`` more spent on ranges in shard ``s``; when the total reaches the
         shard's size, fetch it whole in the background (only if the cache has room without
         evicting anything pinned). Rent-or-buy: ranges cost what they move, a download the
         shard's size, so buying when the rent paid equals the price bounds the total at twice
         the better choice made in hindsight. A promotion that could not make room starts the
         count again."""
-        spent: dict[int, int] = parts.setdefault("range_bytes", {})
+        spent = parts.range_bytes
         total = spent.get(s, 0) + nbytes
         spent[s] = total
-        promoting: dict[int, asyncio.Task[bool]] = parts.setdefault("promoting", {})
+        promoting = parts.promoting
         if total < self.catalog.entries[s].raw_data.bytes or s in promoting:
             return
         spent[s] = 0
