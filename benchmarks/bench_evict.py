@@ -298,6 +298,9 @@ def run_one(a: argparse.Namespace, python: str, spec: dict[str, Any], proxy: Any
         status = "error"
         reason = _error_line(run)
     out: dict[str, Any] = {"status": status, "reason": reason, "wall_s": wall, "codes": codes}
+    if status != "ok":  # the traceback, kept with the record (the run directory is reused)
+        logs = [(run / f"rank{r}.log").read_text(errors="replace") for r in range(2)]
+        out["log_tail"] = [log.splitlines()[-25:] for log in logs]
     out["epochs"] = epochs
     if status == "ok":
         ranks = [json.loads((run / f"rank{r}.json").read_text()) for r in range(2)]
