@@ -317,15 +317,22 @@ def run_one(a: argparse.Namespace, python: str, spec: dict[str, Any], proxy: Any
 
 
 def _error_line(run: Path) -> str:
-    """The last exception line any rank printed (what the user would see)."""
-    found = ""
+    """The exception line a rank printed (what the user would see)."""
+    logs = []
     for r in range(2):
         log = run / f"rank{r}.log"
-        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-        for line in lines:
-            if "Error:" in line or "Exception:" in line:
-                found = line.strip()
-    return found[:400] or "non-zero exit without an exception line"
+        logs.append(log.read_text(errors="replace").splitlines() if log.exists() else [])
+    return _reason(logs)
+
+
+def _reason(logs: list[list[str]]) -> str:
+    """The last exception line of the rank that failed first: a rank whose peer died reports
+    only gloo's "Connection closed by peer", which is skipped when another line exists."""
+    found = []
+    for lines in logs:
+        found += [x.strip() for x in lines if "Error:" in x or "Exception:" in x]
+    first = [x for x in found if "Connection closed by peer" not in x]
+    return ((first or found or ["non-zero exit without an exception line"])[-1])[:400]
 
 
 def write_dataset(out: Path, samples: int, shard_bytes: int, seed: int) -> None:
@@ -418,8 +425,9 @@ def summarize(result: dict[str, Any]) -> str:
             ok = [r for r in runs if r["status"] == "ok"]
             for r in runs:
                 if r["status"] != "ok":
+                    why = _reason(r["log_tail"]) if r["status"] == "error" else r["reason"]
                     failures.append(f"- {case['name']} / {lib} rep {r['rep']}: **{r['status']}**"
-                                    f" -- {r['reason']}")  # fmt: skip
+                                    f" -- {why}")  # fmt: skip
             label = {"mosaic": "mosaic 0.13.0", "mosaic_room": "mosaic 0.13.0, limit + index"}.get(
                 lib, f"astream {lib}"
             )
@@ -472,7 +480,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300, help="per run, seconds")
     ap.add_argument("--work", type=Path, default=ROOT / ".bench" / "evict")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--report", type=Path, default=None, help="rewrite DIR/evict.md only")
     a = ap.parse_args(argv)
+    if a.report is not None:
+        result = json.loads((a.report / "evict.json").read_text())
+        (a.report / "evict.md").write_text(summarize(result))
+        return 0
     libs = [x for x in a.libs.split(",") if x]
     bad = sorted(set(libs) - set(LIBS))
     if bad:
