@@ -4,7 +4,10 @@ Reads RANK/WORLD_SIZE/LOCAL_WORLD_SIZE like any torchrun job; iterates epoch ``-
 through a StreamingDataLoader with ``--workers`` workers and writes the labels it got, one
 JSON list per batch, to ``--out``.<rank>. ``--sync``: a gloo process group (MASTER_ADDR/PORT
 from the environment) and a barrier after every batch, so the ranks advance in lockstep like
-data-parallel training (whose gradient all-reduce has the same effect).
+data-parallel training (whose gradient all-reduce has the same effect). ``--step-ms``: a sleep
+per batch (a training step's compute); ``--max-batches``: stop after that many batches. Timing
+goes to ``--out``.<rank>.timing.json: the wait for the first batch (from ``iter(loader)``), the
+waits for the later ones, and the epoch's seconds, all ``time.perf_counter``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from typing import Any
 
 from astream import StreamingDataLoader, StreamingDataset
@@ -34,6 +38,8 @@ def main() -> None:
     p.add_argument("--block", type=int, default=None)
     p.add_argument("--endpoint", default=None)
     p.add_argument("--sync", action="store_true", help="gloo barrier after every batch")
+    p.add_argument("--step-ms", type=float, default=0.0, help="sleep per batch (compute)")
+    p.add_argument("--max-batches", type=int, default=None)
     a = p.parse_args()
     if a.sync:  # ranks in lockstep, as data-parallel training keeps them
         import torch.distributed as dist
@@ -51,11 +57,32 @@ def main() -> None:
     )
     ds.set_epoch(a.epoch)
     loader = StreamingDataLoader(ds, batch_size=a.batch, num_workers=a.workers, collate_fn=collate)
-    with open(f"{a.out}.{os.environ.get('RANK', '0')}", "w") as f:
-        for batch in loader:
+    out = f"{a.out}.{os.environ.get('RANK', '0')}"
+    waits: list[float] = []
+    t0 = time.perf_counter()
+    with open(out, "w") as f:
+        it = iter(loader)
+        while a.max_batches is None or len(waits) < a.max_batches:
+            t = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            waits.append(time.perf_counter() - t)
             f.write(json.dumps(batch) + "\n")
+            if a.step_ms:
+                time.sleep(a.step_ms / 1e3)
             if a.sync:
                 dist.barrier()
+        del it
+    timing = {
+        "first_batch_s": waits[0] if waits else None,
+        "later_waits_s": sum(waits[1:]),
+        "seconds": time.perf_counter() - t0,
+        "batches": len(waits),
+    }
+    with open(out + ".timing.json", "w") as f:
+        json.dump(timing, f)
     if a.sync:
         dist.destroy_process_group()
 

@@ -90,6 +90,10 @@ def _shard_bytes(proxy: Any) -> int:
     raise AssertionError("proxy counters kept changing")
 
 
+def _shard_gets(proxy: Any) -> int:
+    return sum(1 for q, _r in list(proxy.stats.ranges) if "/shard." in q)
+
+
 def _epoch(url: str, local: str, out: str, epoch: int, limit: int, policy: str, proxy: Any):
     proxy.reset_stats()
     cmd = [sys.executable, JOB, "--remote", url, "--cache-dir", local, "--out", out,
@@ -106,7 +110,7 @@ def _epoch(url: str, local: str, out: str, epoch: int, limit: int, policy: str, 
     for r in range(2):
         with open(f"{out}.{r}") as f:
             got += [x for line in f if line.strip() for x in json.loads(line)]
-    return sorted(got), _shard_bytes(proxy), sampler
+    return sorted(got), _shard_bytes(proxy), sampler, _shard_gets(proxy)
 
 
 @pytest.fixture(scope="module")
@@ -144,12 +148,14 @@ def test_downloads_match_the_plan_and_beat_lru(
         )
     }
     measured: dict[str, list[int]] = {}
+    extra: dict[str, dict[str, list[int]]] = {}
     for policy in ("next_use", "lru"):
         local = str(tmp_path / policy)
         measured[policy] = []
+        extra[policy] = {"measured_downloads": [], "measured_peak": []}
         for epoch in range(2):
-            got, nbytes, sampler = _epoch(url, local, str(tmp_path / "o"), epoch, limit, policy,
-                                          proxy)  # fmt: skip
+            prefix = str(tmp_path / "o")
+            got, nbytes, sampler, gets = _epoch(url, local, prefix, epoch, limit, policy, proxy)
             assert got == list(range(N))  # exact epochs, whatever the evictions
             assert sampler.samples > 0 and sampler.peak <= limit, (sampler.peak, limit)
             plan = plans[policy]
@@ -159,6 +165,8 @@ def test_downloads_match_the_plan_and_beat_lru(
             hw = plan.total("high_water", epoch)
             assert sampler.peak <= hw * 1.05, (policy, epoch, sampler.peak, hw)
             measured[policy].append(nbytes)
+            extra[policy]["measured_downloads"].append(gets)
+            extra[policy]["measured_peak"].append(sampler.peak)
     # the second epoch under next-use downloads less than under LRU (which evicts what the
     # reshuffled order needs next), as the plan says
     assert plans["next_use"].total("bytes", 1) < plans["lru"].total("bytes", 1)
@@ -173,6 +181,9 @@ def test_downloads_match_the_plan_and_beat_lru(
                     "policy": policy,
                     "measured_bytes": measured[policy],
                     "planned_bytes": [plans[policy].total("bytes", e) for e in range(2)],
+                    **extra[policy],
+                    "planned_downloads": [plans[policy].total("downloads", e) for e in range(2)],
+                    "planned_high_water": [plans[policy].total("high_water", e) for e in range(2)],
                     "dataset_bytes": sum(
                         os.path.getsize(os.path.join(src, n))
                         for n in os.listdir(src)
