@@ -609,6 +609,11 @@ class StreamingCore:
             )
 
     def _start_iteration(self) -> tuple[Iterator[np.ndarray[Any, Any]], list[int]]:
+        if self.pack is not None:  # every packing path goes through astream.packing
+            raise ConfigError(
+                "pack_to: this way of iterating (aiter, async or column batches of samples) "
+                "does not pack; iterate the dataset, ds.batches() or a StreamingDataLoader"
+            )
         self._settle_batch_size()
         resume = self._worker_resume
         me = _worker()

@@ -24,10 +24,10 @@ def write_tokens(path: str, lengths: list[int], size_limit: int = 3000) -> list[
 
 @pytest.fixture(scope="session")
 def tokens(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[np.ndarray]]:
-    """300 documents of 1..80 tokens in ~10 shards."""
+    """301 documents (not a multiple of 2 or 3 ranks: the plan pads) of 1..80 tokens, ~10 shards."""
     rng = np.random.default_rng(7)
     path = str(tmp_path_factory.mktemp("pack") / "tokens")
-    return path, write_tokens(path, rng.integers(1, 81, size=300).tolist())
+    return path, write_tokens(path, rng.integers(1, 81, size=301).tolist())
 
 
 def flat(seqs: list[Any], column: str = "input_ids") -> list[int]:
