@@ -271,6 +271,9 @@ class StreamingCore:
     default) or ``"lru"`` (least recently used); see docs/plan.md.
     """
 
+    pack: Any = None  # a PackSpec with pack_to (astream.packing.setup; docs/batches.md)
+    _pack_shared: Any = None  # its pending resume, shared with DataLoader workers
+
     def __init__(
         self,
         *,

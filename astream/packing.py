@@ -102,7 +102,9 @@ class PackShared:
         a[_HEAD + 2 * _MAX : _HEAD + 2 * _MAX + w] = 1
         a[0] = 1
 
-    def resolve(self, epoch: int, start: int, world: World) -> tuple[int, int, np.ndarray[Any, Any] | None]:
+    def resolve(
+        self, epoch: int, start: int, world: World
+    ) -> tuple[int, int, np.ndarray[Any, Any] | None]:
         """(start, rotation, cursors per stream or None) of an iteration of (epoch, start) on
         ``world``: the pending resume's when it is for that iteration, else (start, 0, None)."""
         a = self._a
@@ -204,7 +206,6 @@ def _skip(batches: Iterator[Any], n: int) -> Iterator[Any]:
 def iter_packed(ds: Any, carry: bool = False) -> Iterator[dict[str, Any]]:
     """One iteration of ``ds``'s packed sequences in this process (see the module docstring).
     ``carry``: each item also holds ``KEY`` = (stream, samples, offset) after it."""
-    spec = ds.pack
     epoch, start = ds._take_epoch()
     place = detect(ds.cfg.replication)
     world, rank = place.world, place.rank
@@ -303,9 +304,9 @@ def owner_state(ds: Any) -> dict[str, Any]:
                 "theirs: use astream.StreamingDataLoader(...).state_dict()"
             )
         epoch, start = ds._next_position()
-        return ds._state(epoch, start, detect(ds.cfg.replication).world)
+        return dict(ds._state(epoch, start, detect(ds.cfg.replication).world))
     if p["done"]:
-        return ds._state(p["epoch"] + 1, 0, p["world"])
+        return dict(ds._state(p["epoch"] + 1, 0, p["world"]))
     return make_state(ds, p["epoch"], p["start"], p["world"], p["rank"], p["cursors"], 0)
 
 
@@ -322,9 +323,12 @@ def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
     for i, st in enumerate(states):
         pk = st.get("astream_pack")
         same = {k: v for k, v in st.items() if k != "astream_pack"} == out
-        if pk is None or not same or {k: v for k, v in pk.items() if k != "ranks"} != {
-            k: v for k, v in pack0.items() if k != "ranks"
-        }:
+        if (
+            pk is None
+            or not same
+            or {k: v for k, v in pk.items() if k != "ranks"}
+            != {k: v for k, v in pack0.items() if k != "ranks"}
+        ):
             raise ConfigError(
                 f"merge_states: state {i} is not of the same job and step as state 0 "
                 "(epoch, position, World and packing options must match)"

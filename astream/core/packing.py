@@ -63,9 +63,7 @@ class PackSpec:
                 "pad_id": self.pad_id}  # fmt: skip
 
 
-def check_pack(
-    pack_to: Any, pack_column: Any, pack_last: Any, pack_pad_id: Any
-) -> PackSpec | None:
+def check_pack(pack_to: Any, pack_column: Any, pack_last: Any, pack_pad_id: Any) -> PackSpec | None:
     """The options, checked (``ConfigError`` naming the argument); None without ``pack_to``.
     The packing arguments other than ``pack_to`` are refused when ``pack_to`` is not given
     rather than silently ignored."""
@@ -157,7 +155,7 @@ def pack_tokens(
     *,
     samples: int = 0,
     offset: int = 0,
-) -> Iterator[tuple[dict[str, np.ndarray[Any, Any]], tuple[int, int]]]:
+) -> Iterator[tuple[dict[str, Any], tuple[int, int]]]:
     """Sequences of the stream whose samples from index ``samples`` on are ``docs`` (token
     arrays), the first of them entered at token ``offset``; each with the cursor after it
     (see the module docstring). ``dtype``: of the tokens out (None: int64)."""
@@ -244,4 +242,4 @@ class StreamLayout:
             return self.num_samples
         q, e = divmod(i, self.bs)
         r = (self.stream + q * self.workers) * self.bs + e
-        return self.start + r * self.ranks + self.slot
+        return int(self.start + r * self.ranks + self.slot)

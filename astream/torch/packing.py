@@ -28,8 +28,8 @@ __all__ = ["LoaderPack", "PackCollate", "PackView", "pack_loader_args"]
 
 
 class PackView(IterableDataset):  # type: ignore[type-arg]
-    """Packed sequences of ``dataset`` with their cursors; ``size``: stacked ``size`` at a time
-    and converted to ``batch_format``."""
+    """Packed sequences of ``dataset`` (with their cursors when ``carry``); ``size``: stacked
+    ``size`` at a time and converted to ``batch_format``."""
 
     def __init__(
         self,
@@ -37,14 +37,16 @@ class PackView(IterableDataset):  # type: ignore[type-arg]
         size: int | None = None,
         batch_format: str | None = None,
         drop_last: bool = False,
+        carry: bool = True,
     ) -> None:
         self.dataset = dataset
         self.size = size
         self.batch_format = batch_format
         self.drop_last = drop_last
+        self.carry = carry
 
     def __iter__(self) -> Iterator[Any]:
-        items = iter_packed(self.dataset, carry=True)
+        items = iter_packed(self.dataset, carry=self.carry)
         if self.size is None:
             return items
         assert self.batch_format is not None
@@ -53,9 +55,10 @@ class PackView(IterableDataset):  # type: ignore[type-arg]
 
 
 def _converted(batch: dict[str, Any], convert: Callable[[dict[str, Any]], Any]) -> Any:
-    cur = batch.pop(KEY)
+    cur = batch.pop(KEY, None)
     out = convert(batch)
-    out[KEY] = cur
+    if cur is not None:
+        out[KEY] = cur
     return out
 
 
@@ -85,7 +88,7 @@ def pack_loader_args(
     kwargs: dict[str, Any],
     batch_format: str | None,
     ragged: str,
-) -> tuple[PackView, dict[str, Any]]:
+) -> tuple[Any, dict[str, Any]]:
     """The view and DataLoader arguments of a ``StreamingDataLoader`` over a packing dataset.
     The loader's ``batch_size`` counts sequences; the dataset's (samples per planned batch,
     the unit dealt to ranks and workers) defaults to it."""

@@ -1,4 +1,6 @@
-"""A real multi-rank run: torchrun, 2 ranks x 2 DataLoader workers, gloo process group."""
+"""A real multi-rank run: torchrun, 2 ranks x 2 DataLoader workers, gloo process group
+(``ASTREAM_SLOW=1``; the default run has the in-process 3 ranks x 2 workers test of
+test_dataset.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +10,13 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 JOB = os.path.join(os.path.dirname(__file__), "pack_job.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 
+@pytest.mark.slow  # 20 s alone, 35 s on a contended machine: torchrun, gloo, 3 interpreters
 def test_two_ranks_two_workers_every_token_once_and_exact_resume(
     tokens: Any, tmp_path: Any
 ) -> None:
