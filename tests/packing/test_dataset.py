@@ -111,6 +111,15 @@ def test_loader_resume_exact(tokens: Any, workers: int, persistent: bool) -> Non
             again.load_state_dict(state)
             rest = run(again)
         assert same(head + rest, full), k
+    # a checkpoint of a resumed run (its workers on rotated streams) resumes exactly too
+    loader = StreamingDataLoader(make(path, 32), **kw)
+    head = run(loader, 3)
+    second = StreamingDataLoader(make(path, 32), **kw)
+    second.load_state_dict(loader.state_dict())
+    middle = run(second, 4)
+    third = StreamingDataLoader(make(path, 32), **kw)
+    third.load_state_dict(second.state_dict())
+    assert same(head + middle + run(third), full)
     done = StreamingDataLoader(make(path, 32), **kw)
     run(done)
     assert done.state_dict()["epoch"] == 1 and "astream_pack" not in done.state_dict()
@@ -198,6 +207,12 @@ def test_batches_and_batch_format(tokens: Any) -> None:
     rows = [{k: b[k][i] for k in b} for b in got for i in range(len(b["input_ids"]))]
     assert same(rows, seqs)
     assert len(list(make(path, 24).batches(drop_last=True))) == len(seqs) // 4
+    ds = make(path, 24)
+    it = ds.batches()
+    head = [next(it) for _ in range(3)]
+    again = make(path, 24)
+    again.load_state_dict(ds.state_dict())
+    assert same(head + list(again.batches()), got)
     kw = {"batch_size": 5, "num_workers": 2, "batch_format": "torch"}
     full = run(StreamingDataLoader(make(path, 24), **kw))
     assert full[0]["input_ids"].shape == (5, 24)
