@@ -148,6 +148,9 @@ def _tokens(doc: Any, column: str) -> np.ndarray[Any, Any]:
     return a
 
 
+CHUNK_TOKENS = 1 << 16  # tokens gathered before sequences are cut, vectorised, from them
+
+
 def pack_tokens(
     docs: Iterable[Any],
     spec: PackSpec,
@@ -155,51 +158,97 @@ def pack_tokens(
     *,
     samples: int = 0,
     offset: int = 0,
+    chunk_tokens: int = CHUNK_TOKENS,
 ) -> Iterator[tuple[dict[str, Any], tuple[int, int]]]:
     """Sequences of the stream whose samples from index ``samples`` on are ``docs`` (token
     arrays), the first of them entered at token ``offset``; each with the cursor after it
-    (see the module docstring). ``dtype``: of the tokens out (None: int64)."""
+    (see the module docstring). ``dtype``: of the tokens out (None: int64).
+
+    Documents are gathered until ``chunk_tokens`` (at least ``seq_len``) tokens wait; then
+    every whole sequence among them is cut at once: per token, its value, in-document
+    position, document piece number, document index and whether it ends its document, as flat
+    arrays; the sequences are rows of those (views), the leftover tokens wait for more."""
     n_out = spec.seq_len
     out_dtype = dtype if dtype is not None else np.dtype(np.int64)
+    limit = max(n_out, int(chunk_tokens))
+    carry: list[np.ndarray[Any, Any]] | None = None  # tok, pos, piece, doc, last: leftovers
+    parts: list[np.ndarray[Any, Any]] = []
+    begins: list[int] = []  # the in-document position of each part's first token
+    lengths: list[int] = []  # each part's document's whole length
+    index: list[int] = []  # each part's sample index in the stream
+    waiting = 0
+    pieces = 0  # document pieces numbered so far (segment ids are differences of these)
     i = samples
-    first = True
-    tok = np.empty(n_out, out_dtype)
-    pos = np.empty(n_out, np.int64)
-    seg = np.empty(n_out, np.int32)
-    fill = nseg = 0
-    for doc in docs:
-        a = _tokens(doc, spec.column)
-        o = offset if first else 0
-        first = False
+
+    def cut(final: bool) -> Iterator[tuple[dict[str, Any], tuple[int, int]]]:
+        nonlocal carry, parts, begins, lengths, index, waiting, pieces
+        sizes = np.fromiter((len(a) for a in parts), np.int64, len(parts))
+        tok = np.concatenate(parts).astype(out_dtype, copy=False) if parts else None
+        if tok is not None:
+            rep = np.repeat
+            first = np.cumsum(sizes) - sizes
+            pos = np.arange(len(tok), dtype=np.int64) - rep(first - np.asarray(begins), sizes)
+            piece = rep(np.arange(pieces, pieces + len(parts), dtype=np.int64), sizes)
+            doc = rep(np.asarray(index, dtype=np.int64), sizes)
+            last = pos == rep(np.asarray(lengths, dtype=np.int64), sizes) - 1
+            pieces += len(parts)
+            cols = [tok, pos, piece, doc, last]
+            if carry is not None:
+                cols = [np.concatenate([c, x]) for c, x in zip(carry, cols)]
+        else:
+            assert carry is not None
+            cols = carry
+        parts, begins, lengths, index = [], [], [], []
+        tok, pos, piece, doc, last = cols
+        whole = len(tok) // n_out
+        m = whole * n_out
+        if whole:
+            t2 = tok[:m].reshape(whole, n_out)
+            p2 = pos[:m].reshape(whole, n_out)
+            g2 = piece[:m].reshape(whole, n_out)
+            s2 = (g2 - g2[:, :1] + 1).astype(np.int32)
+            ends = np.arange(1, whole + 1, dtype=np.int64) * n_out - 1
+            ends_last = last[ends]
+            cur_doc = np.where(ends_last, doc[ends] + 1, doc[ends]).tolist()
+            cur_off = np.where(ends_last, 0, pos[ends] + 1).tolist()
+            for j in range(whole):
+                item = {spec.column: t2[j], "position_ids": p2[j], "segment_ids": s2[j]}
+                yield item, (cur_doc[j], cur_off[j])
+        rest = [c[m:] for c in cols]
+        waiting = len(rest[0])
+        carry = rest if waiting else None
+        if final and waiting and spec.last == "pad":
+            fill = waiting
+            t = np.full(n_out, spec.pad_id, dtype=out_dtype)
+            t[:fill] = rest[0]
+            p = np.zeros(n_out, np.int64)
+            p[:fill] = rest[1]
+            g = np.zeros(n_out, np.int32)
+            g[:fill] = rest[2] - rest[2][0] + 1
+            yield {spec.column: t, "position_ids": p, "segment_ids": g}, (i, 0)
+
+    for d in docs:
+        a = _tokens(d, spec.column)
+        o = offset if i == samples else 0
         n = len(a)
         if o and o >= n:
             raise ConfigError(
                 f"state: token offset {o} is past the {n} tokens of sample {i} of this "
                 "consumer's stream (a checkpoint of other data or options)"
             )
-        while o < n:
-            take = min(n - o, n_out - fill)
-            tok[fill : fill + take] = a[o : o + take]
-            pos[fill : fill + take] = np.arange(o, o + take, dtype=np.int64)
-            nseg += 1
-            seg[fill : fill + take] = nseg
-            fill += take
-            o += take
-            if fill == n_out:
-                cursor = (i, o) if o < n else (i + 1, 0)
-                yield {spec.column: tok, "position_ids": pos, "segment_ids": seg}, cursor
-                tok = np.empty(n_out, out_dtype)
-                pos = np.empty(n_out, np.int64)
-                seg = np.empty(n_out, np.int32)
-                fill = nseg = 0
+        if n > o:
+            parts.append(a[o:] if o else a)
+            begins.append(o)
+            lengths.append(n)
+            index.append(i)
+            waiting += n - o
         i += 1
-    if first and offset:
+        if waiting >= limit:
+            yield from cut(False)
+    if offset and i == samples:
         raise ConfigError(f"state: token offset {offset} into sample {i}, which does not exist")
-    if fill and spec.last == "pad":
-        tok[fill:] = spec.pad_id
-        pos[fill:] = 0
-        seg[fill:] = 0
-        yield {spec.column: tok, "position_ids": pos, "segment_ids": seg}, (i, 0)
+    if parts or carry is not None:
+        yield from cut(True)
 
 
 class StreamLayout:

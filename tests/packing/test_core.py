@@ -44,10 +44,18 @@ def docs_strategy() -> Any:
 
 
 @settings(max_examples=300, deadline=None)
-@given(docs=docs_strategy(), seq_len=st.integers(1, 50), last=st.sampled_from(["pad", "drop"]))
-def test_pack_equals_concatenate_and_split(docs: list[np.ndarray], seq_len: int, last: str) -> None:
+@given(
+    docs=docs_strategy(),
+    seq_len=st.integers(1, 50),
+    last=st.sampled_from(["pad", "drop"]),
+    chunk=st.integers(1, 200),
+)
+def test_pack_equals_concatenate_and_split(
+    docs: list[np.ndarray], seq_len: int, last: str, chunk: int
+) -> None:
+    """Whatever the chunk of tokens gathered before cutting (``chunk_tokens``)."""
     spec = PackSpec(seq_len, "ids", last, -1)
-    got = list(pack_tokens(iter(docs), spec, np.dtype(np.int32)))
+    got = list(pack_tokens(iter(docs), spec, np.dtype(np.int32), chunk_tokens=chunk))
     want = naive(docs, seq_len, last, -1)
     assert len(got) == len(want)
     for (item, _), w in zip(got, want):
@@ -58,17 +66,22 @@ def test_pack_equals_concatenate_and_split(docs: list[np.ndarray], seq_len: int,
 
 
 @settings(max_examples=300, deadline=None)
-@given(docs=docs_strategy(), seq_len=st.integers(1, 50), data=st.data())
+@given(docs=docs_strategy(), seq_len=st.integers(1, 50), chunk=st.integers(1, 200), data=st.data())
 def test_resume_at_any_sequence_is_the_suffix(
-    docs: list[np.ndarray], seq_len: int, data: Any
+    docs: list[np.ndarray], seq_len: int, chunk: int, data: Any
 ) -> None:
     spec = PackSpec(seq_len, "ids", "pad", 0)
-    full = list(pack_tokens(iter(docs), spec, None))
+    full = list(pack_tokens(iter(docs), spec, None, chunk_tokens=chunk))
     k = data.draw(st.integers(1, max(1, len(full))))
     if k > len(full):
         return
     samples, offset = full[k - 1][1]
-    rest = list(pack_tokens(iter(docs[samples:]), spec, None, samples=samples, offset=offset))
+    chunk2 = data.draw(st.integers(1, 200))
+    rest = list(
+        pack_tokens(
+            iter(docs[samples:]), spec, None, samples=samples, offset=offset, chunk_tokens=chunk2
+        )
+    )
     assert len(rest) == len(full) - k
     for (a, ca), (b, cb) in zip(rest, full[k:]):
         assert ca == cb
