@@ -171,60 +171,54 @@ def pack_tokens(
     n_out = spec.seq_len
     out_dtype = dtype if dtype is not None else np.dtype(np.int64)
     limit = max(n_out, int(chunk_tokens))
-    carry: list[np.ndarray[Any, Any]] | None = None  # tok, pos, piece, doc, last: leftovers
-    parts: list[np.ndarray[Any, Any]] = []
-    begins: list[int] = []  # the in-document position of each part's first token
-    lengths: list[int] = []  # each part's document's whole length
-    index: list[int] = []  # each part's sample index in the stream
+    parts: list[np.ndarray[Any, Any]] = []  # document pieces waiting to be cut
+    begins: list[int] = []  # the in-document position of each piece's first token
+    index: list[int] = []  # each piece's sample index in the stream
     waiting = 0
-    pieces = 0  # document pieces numbered so far (segment ids are differences of these)
     i = samples
 
     def cut(final: bool) -> Iterator[tuple[dict[str, Any], tuple[int, int]]]:
-        nonlocal carry, parts, begins, lengths, index, waiting, pieces
-        sizes = np.fromiter((len(a) for a in parts), np.int64, len(parts))
-        tok = np.concatenate(parts).astype(out_dtype, copy=False) if parts else None
-        if tok is not None:
-            rep = np.repeat
-            first = np.cumsum(sizes) - sizes
-            pos = np.arange(len(tok), dtype=np.int64) - rep(first - np.asarray(begins), sizes)
-            piece = rep(np.arange(pieces, pieces + len(parts), dtype=np.int64), sizes)
-            doc = rep(np.asarray(index, dtype=np.int64), sizes)
-            last = pos == rep(np.asarray(lengths, dtype=np.int64), sizes) - 1
-            pieces += len(parts)
-            cols = [tok, pos, piece, doc, last]
-            if carry is not None:
-                cols = [np.concatenate([c, x]) for c, x in zip(carry, cols)]
-        else:
-            assert carry is not None
-            cols = carry
-        parts, begins, lengths, index = [], [], [], []
-        tok, pos, piece, doc, last = cols
-        whole = len(tok) // n_out
+        nonlocal parts, begins, index, waiting
+        sizes = _sizes(parts)
+        ends = np.cumsum(sizes)
+        first = ends - sizes
+        whole = waiting // n_out
         m = whole * n_out
         if whole:
-            t2 = tok[:m].reshape(whole, n_out)
-            p2 = pos[:m].reshape(whole, n_out)
-            g2 = piece[:m].reshape(whole, n_out)
-            s2 = (g2 - g2[:, :1] + 1).astype(np.int32)
-            ends = np.arange(1, whole + 1, dtype=np.int64) * n_out - 1
-            ends_last = last[ends]
-            cur_doc = np.where(ends_last, doc[ends] + 1, doc[ends]).tolist()
-            cur_off = np.where(ends_last, 0, pos[ends] + 1).tolist()
+            tok = np.concatenate(parts)[:m].astype(out_dtype, copy=False).reshape(whole, n_out)
+            k_last = int(np.searchsorted(ends, m, side="left"))  # pieces touched: 0..k_last
+            sz = sizes[: k_last + 1]
+            shift = np.repeat(first[: k_last + 1] - np.asarray(begins[: k_last + 1]), sz)
+            pos = (np.arange(m, dtype=np.int64) - shift[:m]).reshape(whole, n_out)
+            pid = np.repeat(np.arange(k_last + 1, dtype=np.int32), sz)[:m].reshape(whole, n_out)
+            seg = pid - pid[:, :1] + 1
+            e = np.arange(1, whole + 1, dtype=np.int64) * n_out
+            k = np.searchsorted(ends, e, side="left")  # the piece holding token e - 1
+            at_end = ends[k] == e  # every piece runs to its document's end
+            idx = np.asarray(index, dtype=np.int64)[k]
+            cur_doc = np.where(at_end, idx + 1, idx).tolist()
+            cur_off = np.where(at_end, 0, np.asarray(begins)[k] + e - first[k]).tolist()
             for j in range(whole):
-                item = {spec.column: t2[j], "position_ids": p2[j], "segment_ids": s2[j]}
+                item = {spec.column: tok[j], "position_ids": pos[j], "segment_ids": seg[j]}
                 yield item, (cur_doc[j], cur_off[j])
-        rest = [c[m:] for c in cols]
-        waiting = len(rest[0])
-        carry = rest if waiting else None
+            # the leftover: the rest of the piece holding token m, and the pieces after it
+            k0 = int(np.searchsorted(ends, m, side="right"))
+            if k0 < len(parts):
+                cut_at = m - int(first[k0])
+                parts = [parts[k0][cut_at:], *parts[k0 + 1 :]]
+                begins = [begins[k0] + cut_at, *begins[k0 + 1 :]]
+            else:
+                parts, begins = [], []
+            index = index[k0:]
+            waiting -= m
         if final and waiting and spec.last == "pad":
             fill = waiting
             t = np.full(n_out, spec.pad_id, dtype=out_dtype)
-            t[:fill] = rest[0]
+            t[:fill] = np.concatenate(parts)
             p = np.zeros(n_out, np.int64)
-            p[:fill] = rest[1]
+            p[:fill] = np.concatenate([np.arange(b, b + len(a)) for a, b in zip(parts, begins)])
             g = np.zeros(n_out, np.int32)
-            g[:fill] = rest[2] - rest[2][0] + 1
+            g[:fill] = np.repeat(np.arange(1, len(parts) + 1, dtype=np.int32), _sizes(parts))
             yield {spec.column: t, "position_ids": p, "segment_ids": g}, (i, 0)
 
     for d in docs:
@@ -239,7 +233,6 @@ def pack_tokens(
         if n > o:
             parts.append(a[o:] if o else a)
             begins.append(o)
-            lengths.append(n)
             index.append(i)
             waiting += n - o
         i += 1
@@ -247,8 +240,12 @@ def pack_tokens(
             yield from cut(False)
     if offset and i == samples:
         raise ConfigError(f"state: token offset {offset} into sample {i}, which does not exist")
-    if parts or carry is not None:
+    if parts:
         yield from cut(True)
+
+
+def _sizes(parts: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+    return np.fromiter((len(a) for a in parts), np.int64, len(parts))
 
 
 class StreamLayout:
