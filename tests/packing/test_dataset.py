@@ -287,3 +287,31 @@ def test_spawned_workers(tokens: Any) -> None:
     again = StreamingDataLoader(make(path, 40), **kw)
     again.load_state_dict(loader.state_dict())
     assert same(head + run(again), full)
+
+
+def test_epochs_mixing_and_drop(tokens: Any, tmp_path: Any) -> None:
+    """Persistent workers run epoch after epoch, each with every token once (and another
+    order); a mix packs each stream's samples as often as the epoch draws them; a
+    pack_last="drop" loader resumes exactly too."""
+    from astream import Stream
+
+    path, docs = tokens
+    every = Counter(t for d in docs for t in d.tolist())
+    loader = StreamingDataLoader(make(path, 40), batch_size=4, num_workers=2,
+                                 persistent_workers=True)  # fmt: skip
+    epochs = [run(loader) for _ in range(2)]
+    assert all(Counter(flat(e)) == every for e in epochs)
+    assert flat(epochs[0]) != flat(epochs[1])
+    other = str(tmp_path / "b")
+    small = write_tokens(other, [5, 9, 1, 30], size_limit=200)
+    mix = StreamingDataset(streams=[Stream(local=path), Stream(local=other, repeat=2)],
+                           batch_size=4, pack_to=40, **OPTS)  # fmt: skip
+    want = every + Counter({t: 2 for d in small for t in d.tolist()})  # doc ids overlap: add
+    assert Counter(flat(list(mix))) == want
+    kw = {"batch_size": 3, "num_workers": 2}
+    full = run(StreamingDataLoader(make(path, 40, pack_last="drop"), **kw))
+    first = StreamingDataLoader(make(path, 40, pack_last="drop"), **kw)
+    head = run(first, len(full) - 2)
+    again = StreamingDataLoader(make(path, 40, pack_last="drop"), **kw)
+    again.load_state_dict(first.state_dict())
+    assert same(head + run(again), full)
