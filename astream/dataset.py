@@ -268,7 +268,10 @@ class StreamingCore:
     build the single stream of ``remote``/``local`` with a class from
     ``astream.stream.streams_registry``. ``cache_policy`` (astream's own): which shard a full
     ``cache_limit`` evicts, ``"next_use"`` (the one the node reads furthest in the future, the
-    default) or ``"lru"`` (least recently used); see docs/plan.md.
+    default) or ``"lru"`` (least recently used); see docs/plan.md. ``pack_to`` (astream's own):
+    iterate fixed-length sequences of ``pack_to`` tokens packed from the integer array column
+    ``pack_column``, with ``position_ids`` and ``segment_ids``; ``pack_last`` ``"pad"`` (with
+    ``pack_pad_id``) or ``"drop"`` for each consumer's trailing tokens (docs/batches.md).
     """
 
     pack: Any = None  # a PackSpec with pack_to (astream.packing.setup; docs/batches.md)
