@@ -315,3 +315,15 @@ def test_epochs_mixing_and_drop(tokens: Any, tmp_path: Any) -> None:
     again = StreamingDataLoader(make(path, 40, pack_last="drop"), **kw)
     again.load_state_dict(first.state_dict())
     assert same(head + run(again), full)
+
+
+def test_loader_without_automatic_batching(tokens: Any) -> None:
+    """batch_size=None: one sequence per step (default_convert), resumable exactly."""
+    path, _ = tokens
+    full = run(StreamingDataLoader(make(path, 40), batch_size=None))
+    assert full[0]["input_ids"].shape == (40,)
+    first = StreamingDataLoader(make(path, 40), batch_size=None)
+    head = run(first, 7)
+    again = StreamingDataLoader(make(path, 40), batch_size=None)
+    again.load_state_dict(first.state_dict())
+    assert same(head + run(again), full)
