@@ -268,8 +268,14 @@ class StreamingCore:
     build the single stream of ``remote``/``local`` with a class from
     ``astream.stream.streams_registry``. ``cache_policy`` (astream's own): which shard a full
     ``cache_limit`` evicts, ``"next_use"`` (the one the node reads furthest in the future, the
-    default) or ``"lru"`` (least recently used); see docs/plan.md.
+    default) or ``"lru"`` (least recently used); see docs/plan.md. ``pack_to`` (astream's own):
+    iterate fixed-length sequences of ``pack_to`` tokens packed from the integer array column
+    ``pack_column``, with ``position_ids`` and ``segment_ids``; ``pack_last`` ``"pad"`` (with
+    ``pack_pad_id``) or ``"drop"`` for each consumer's trailing tokens (docs/batches.md).
     """
+
+    pack: Any = None  # a PackSpec with pack_to (astream.packing.setup; docs/batches.md)
+    _pack_shared: Any = None  # its pending resume, shared with DataLoader workers
 
     def __init__(
         self,
@@ -302,6 +308,10 @@ class StreamingCore:
         transform: Callable[[Any], Any] | None = None,
         stream_name: str = "stream",
         stream_config: dict[str, Any] | None = None,
+        pack_to: int | None = None,
+        pack_column: str = "input_ids",
+        pack_last: str = "pad",
+        pack_pad_id: int = 0,
     ) -> None:
         kw = dict(locals())
         del kw["self"]
@@ -405,6 +415,9 @@ class StreamingCore:
         self._worker_next: int | None = None  # a resumed worker's next epoch
         self._hot: tuple[int, Any] | None = None  # the sample an override's super() call gets
         self._plans: dict[tuple[int, int | None], Any] = {}
+        from astream.packing import setup
+
+        setup(self, kw)  # pack_to: token packing (docs/batches.md)
 
     def _warn_small_cache(self, avg_shard_samples: int) -> None:
         """A shuffle block spans several shards that are all read at once; a cache that cannot
@@ -560,6 +573,8 @@ class StreamingCore:
             raise ConfigError(f"epoch must be an int >= 0, got {epoch!r}")
         self._epochs.reset(int(epoch), 0)
         self._worker_resume = self._worker_next = None
+        if self._pack_shared is not None:
+            self._pack_shared.clear()
 
     def _take_epoch(self) -> tuple[int, int]:
         """Epoch and start of the iteration beginning now in this process (see module doc)."""
@@ -600,6 +615,11 @@ class StreamingCore:
             )
 
     def _start_iteration(self) -> tuple[Iterator[np.ndarray[Any, Any]], list[int]]:
+        if self.pack is not None:  # every packing path goes through astream.packing
+            raise ConfigError(
+                "pack_to: this way of iterating (aiter, async or column batches of samples) "
+                "does not pack; iterate the dataset, ds.batches() or a StreamingDataLoader"
+            )
         self._settle_batch_size()
         resume = self._worker_resume
         me = _worker()
@@ -634,7 +654,16 @@ class StreamingCore:
             err = resharding_error()  # accelerate would split each rank's part again
             if err is not None:
                 raise err
+        if self.pack is not None:
+            from astream.packing import iter_packed
+
+            return iter_packed(self)
         batches, progress = self._start_iteration()
+        return self._samples(batches, progress)
+
+    def _samples(self, batches: Iterator[Any], progress: list[Any]) -> Iterator[Any]:
+        """Decoded samples of ``batches``, through a ``__getitem__``/``get_item`` override or
+        ``transform`` when the dataset has one."""
         if _overrides(self):
             ids: collections.deque[int] = collections.deque()
             samples = self.engine.iter_samples(_recorded(batches, ids))
@@ -692,6 +721,10 @@ class StreamingCore:
         ``<col>_len``) or ``"offsets"`` (flat values plus ``<col>_offsets``, ``n + 1``).
         ``drop_last``: skip the epoch's last batch when it is short.
         """
+        if self.pack is not None:
+            from astream.packing import packed_batches
+
+            return packed_batches(self, batch_size, batch_format, ragged, drop_last)
         self._check_batch_output(batch_size, ragged)
         convert = self._batch_converter(batch_format)
         return self._column_batches(convert, ragged, drop_last, None)
@@ -926,6 +959,15 @@ class StreamingCore:
         DataLoader worker, that worker (its own samples; resumable by the same worker of the
         same ``num_workers``).
         """
+        if self.pack is not None:
+            from astream.packing import owner_state
+
+            if num_samples is not None:
+                raise ConfigError(
+                    "state_dict(num_samples=...) with pack_to: packed streams advance by "
+                    "tokens, not samples; call state_dict() (or StreamingDataLoader.state_dict)"
+                )
+            return owner_state(self)
         epoch, start = self._position()
         world = detect(self.cfg.replication).world
         me = _worker()
@@ -960,7 +1002,16 @@ class StreamingCore:
 
     def load_state_dict(self, obj: dict[str, Any]) -> None:
         """Resume at ``obj`` (ours, or the reference's ``state_dict``) on the next iteration,
-        on this or any other World, in this process and its DataLoader workers."""
+        on this or any other World, in this process and its DataLoader workers (with
+        ``pack_to``: exact on the same World, else see docs/batches.md)."""
+        if self.pack is not None:
+            from astream.packing import load_state
+
+            load_state(self, obj, self._load_position)
+            return
+        self._load_position(obj)
+
+    def _load_position(self, obj: dict[str, Any]) -> None:
         ours = ("astream_worker", "astream_exact_end")
         worker_part = obj.get("astream_worker") if isinstance(obj, dict) else None
         exact_end = bool(obj.get("astream_exact_end")) if isinstance(obj, dict) else False

@@ -84,7 +84,13 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
             )
         self._core = dataset
         self._columns = batch_format is not None
-        if batch_format is not None:
+        self._pack: Any = None
+        if dataset.pack is not None:  # pack_to: sequences with their cursors (torch/packing.py)
+            from astream.torch.packing import LoaderPack, pack_loader_args
+
+            dataset, kwargs = pack_loader_args(dataset, args, kwargs, batch_format, ragged)
+            self._pack, self._columns, args = LoaderPack(), False, ()
+        elif batch_format is not None:
             dataset, kwargs = self._batch_mode(dataset, args, kwargs, batch_format, ragged)
             args = ()
         super().__init__(dataset, *args, **kwargs)
@@ -96,8 +102,8 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
                 "DataLoader workers per rank"
             )
         core = self._core
-        if self._columns:
-            pass  # the batch size was settled by _batch_mode
+        if self._columns or self._pack is not None:
+            pass  # the batch size was settled by _batch_mode / pack_loader_args
         elif core.batch_size is None and self.batch_size is not None:
             core.batch_size = self.batch_size
         elif (
@@ -165,11 +171,18 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
         gen = ds._epochs.reset(epoch, start)  # what every worker's next iteration runs
         self._start = start
         self.num_samples_yielded = 0
+        pack = self._pack
+        if pack is not None:
+            pack.begin(ds, epoch, start, max(1, self.num_workers))
         try:
             count = batch_rows if self._columns else _batch_len
             for batch in super().__iter__():
+                if pack is not None:
+                    batch = pack.record(batch)
                 self.num_samples_yielded += count(batch)
                 yield batch
+            if pack is not None:
+                pack.done = True
         finally:
             ds._current = (epoch, start)
             if ds._epochs.generation() == gen:  # no set_epoch/load_state_dict since
@@ -178,6 +191,11 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
     def remaining_len(self) -> int:
         """Batches this rank's next iteration yields (fewer than ``len`` after resuming)."""
         ds = self._core
+        if self._pack is not None:
+            raise ConfigError(
+                "remaining_len with pack_to: the number of packed sequences depends on the "
+                "token counts of samples not read yet"
+            )
         n = ds.remaining_len()
         bs = ds.cfg.batch_or_1 if self._columns else self.batch_size or 1
         drop = self.dataset.drop_last if self._columns else self.drop_last  # type: ignore[attr-defined]
@@ -190,6 +208,8 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
     def state_dict(self) -> dict[str, Any]:
         """The dataset's state at the samples this loader has yielded (all ranks)."""
         ds = self._core
+        if self._pack is not None:
+            return self._pack.state_dict(ds)  # type: ignore[no-any-return]
         consumed = self.num_samples_yielded * self._ranks()
         return ds.state_dict(consumed, from_beginning=False)
 

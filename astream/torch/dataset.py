@@ -43,6 +43,20 @@ class StreamingDataset(StreamingCore, IterableDataset):  # type: ignore[type-arg
         ``DataLoader(view, batch_size=None, num_workers=N)``: workers build each batch in a
         ring of ``ring`` shared-memory slots and hand over a handle (``shared_memory=False``:
         torch's own pickling instead). See docs/batches.md."""
+        if self.pack is not None:  # pack_to: batches of packed sequences
+            from astream.packing import check_batches
+            from astream.torch.packing import PackView
+
+            if shared_memory is not True or ring != 4:
+                from astream.errors import ConfigError
+
+                raise ConfigError(
+                    "shared_memory/ring do not apply with pack_to: packed batches are handed "
+                    "over by torch's own pickling"
+                )
+            size = check_batches(self, None, ragged)
+            self._batch_converter(batch_format)
+            return PackView(self, size, batch_format, drop_last, carry=False)
         from astream.torch.batches import BatchDataset
 
         return BatchDataset(self, batch_format, ragged, drop_last, shared_memory, ring)
