@@ -48,6 +48,7 @@ import numpy as np
 from astream.core.eviction import check_policy
 from astream.core.state import LoaderState
 from astream.errors import CacheError, ConfigError
+from astream.placement import dataloader_worker as _worker
 from astream.placement import detect
 from astream.runtime.catalog import Catalog, check_hash_available
 from astream.runtime.config import DatasetConfig, check_dataset, resolve_steps
@@ -167,16 +168,6 @@ def _bridge_run(coro: Any) -> Any:
     from astream import bridge
 
     return bridge.run(coro)
-
-
-def _worker() -> tuple[int, int] | None:
-    """(worker id, num_workers) when this process is a torch DataLoader worker. Never imports
-    torch: a program that has not imported it has no workers."""
-    data = sys.modules.get("torch.utils.data")
-    if data is None:
-        return None
-    info = data.get_worker_info()
-    return None if info is None else (int(info.id), int(info.num_workers))
 
 
 def _loader_batch_size() -> tuple[bool, int | None]:
@@ -754,6 +745,10 @@ class StreamingCore:
         if not drop_last:
             return out
         return _full_only(out, self.cfg.batch_or_1, progress)
+
+    def _has_override(self) -> bool:
+        """Whether this dataset's class overrides ``__getitem__`` or ``get_item``."""
+        return _overrides(self)
 
     @staticmethod
     def _transformed(

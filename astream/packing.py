@@ -47,7 +47,7 @@ import numpy as np
 from astream.core.packing import StreamLayout, pack_tokens
 from astream.core.world import World
 from astream.errors import ConfigError
-from astream.placement import detect
+from astream.placement import dataloader_worker, detect
 
 __all__ = ["KEY", "PackShared", "iter_packed", "merge_states", "setup"]
 
@@ -176,9 +176,7 @@ def setup(ds: Any, kw: dict[str, Any]) -> None:
 
 
 def _overridden(ds: Any) -> bool:
-    from astream.dataset import _overrides
-
-    return _overrides(ds)
+    return bool(ds._has_override())
 
 
 def _limit(batches: Iterator[Any], n: int) -> Iterator[Any]:
@@ -289,9 +287,7 @@ def make_state(
 
 def owner_state(ds: Any) -> dict[str, Any]:
     """``ds.state_dict()`` of a packing dataset, in the process that iterates it."""
-    from astream.dataset import _worker
-
-    if _worker() is not None:
+    if dataloader_worker() is not None:
         raise ConfigError(
             "state_dict() inside a DataLoader worker of a packing dataset (pack_to=): "
             "checkpoint through astream.StreamingDataLoader, which tracks every worker's cursor"

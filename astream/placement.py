@@ -29,6 +29,16 @@ class Placement:
     worker: int  # DataLoader worker id within the rank (0 without workers)
 
 
+def dataloader_worker() -> tuple[int, int] | None:
+    """(worker id, num_workers) when this process is a torch DataLoader worker. Never imports
+    torch: a program that has not imported it has no workers."""
+    data = sys.modules.get("torch.utils.data")
+    if data is None:
+        return None
+    info = data.get_worker_info()
+    return None if info is None else (int(info.id), int(info.num_workers))
+
+
 def _env_int(name: str) -> int | None:
     value = os.environ.get(name)
     if value is None or value == "":

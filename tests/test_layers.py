@@ -172,7 +172,6 @@ KNOWN_LAZY_CYCLES = [
     [
         "astream.dataset",
         "astream.integrations.hf",
-        "astream.torch.batches",
         "astream.torch.dataloader",
         "astream.torch.dataset",
     ],

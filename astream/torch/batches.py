@@ -23,7 +23,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
-from astream.dataset import _worker
+from astream.placement import dataloader_worker as _worker
 from astream.torch.shm import WorkerRing, forget_group, new_group
 
 __all__ = ["BatchDataset", "identity"]
