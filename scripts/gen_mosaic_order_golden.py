@@ -264,6 +264,111 @@ def _resampled() -> None:
     np.savez_compressed(os.path.join(OUT, "resampled.npz"), cases=json.dumps(meta), **arrays)
 
 
+# Epochs that do not split evenly (the reference's padding): 203 samples in one stream, and three
+# streams resampled by ``choose`` to 485; canonical nodes 1, 2, 3, 8 (3 and 8 do not divide
+# either), fewer canonical than physical nodes (4x1x2 with 1 or 2 of them), resume positions not
+# a multiple of the physical nodes (37).
+UNEVEN_STREAMS = {
+    "odd": {"sizes": [[7, 130, 1, 65]], "choose": None},
+    "three_choose": {"sizes": [[40, 25, 61], [100, 3, 50], [70, 36]], "choose": [201, 61, 223]},
+}
+UNEVEN_SHAPES = ((1, 1, 1), (1, 2, 2), (2, 2, 2), (4, 1, 2))
+
+
+def uneven_cases() -> list[dict]:
+    """(algorithm or unshuffled) x canonical nodes 1/2/3/8 x shapes x both stream sets x
+    (epoch 0, epoch 1, epoch 1 resumed at 37), where the reference accepts the World."""
+    out = []
+    for algo in (*ALGOS, None):
+        for ncn in (1, 2, 3, 8):
+            for shape in UNEVEN_SHAPES:
+                pn = shape[0]
+                if (ncn % pn) and (pn % ncn):
+                    continue
+                for streams in UNEVEN_STREAMS:
+                    for epoch, start in ((0, 0), (1, 0), (1, 37)):
+                        out.append(
+                            {
+                                "algo": algo or "py1e",
+                                "shuffle": algo is not None,
+                                "ncn": ncn,
+                                "shape": list(shape),
+                                "epoch": epoch,
+                                "start": start,
+                                "streams": streams,
+                                "block": 60,
+                                "seed": 41,
+                                "batching_method": "random",
+                                "partition_algo": "relaxed",
+                            }
+                        )
+    return out
+
+
+def _fake_dataset(c: dict, stream_sets: dict):
+    """An object with the attributes the reference's batching and resampling read, set as its
+    StreamingDataset sets them (``Stream.apply_weights``: absolute weights, so each stream's
+    proportion is its share of the chosen samples)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from streaming.base.dataset import StreamingDataset
+
+    spec = stream_sets[c["streams"]]
+    stream_sizes = spec["sizes"]
+    flat = np.array([x for s in stream_sizes for x in s], np.int64)
+    counts = [len(s) for s in stream_sizes]
+    choose = spec["choose"] or [sum(s) for s in stream_sizes]
+    props = np.array(choose, np.int64) / np.array(choose, np.int64).sum()
+    method = c.get("sampling_method", "balanced")
+    fake = SimpleNamespace(
+        shuffle_seed=c["seed"],
+        sampling_method=method,
+        num_streams=len(stream_sizes),
+        shard_offset_per_stream=np.cumsum([0, *counts[:-1]]).astype(np.int64),
+        shards_per_stream=np.array(counts, np.int64),
+        samples_per_shard=flat,
+        sample_offset_per_shard=(np.cumsum(flat) - flat).astype(np.int64),
+        streams=[SimpleNamespace(choose=int(x), proportion=p) for x, p in zip(choose, props)],
+        sampling_granularity=c.get("granularity", 1),
+        epoch_seed_change=c["shuffle"] and method == "balanced",
+        num_canonical_nodes=c["ncn"],
+        batch_size=c.get("batch", BATCH),
+        partition_algo=c["partition_algo"],
+        epoch_size=int(sum(choose)),
+        initial_physical_nodes=c.get("initial_physical_nodes"),
+        shuffle=c["shuffle"],
+        shuffle_algo=c["algo"],
+        shuffle_block_size=c["block"],
+    )
+    fake.resample_streams = lambda epoch, stream_id=None: StreamingDataset.resample_streams(
+        fake, epoch, stream_id
+    )
+    return fake
+
+
+def _generic_work(c: dict, stream_sets: dict):
+    from types import SimpleNamespace
+
+    from streaming.base.batching import generate_work
+
+    fake = _fake_dataset(c, stream_sets)
+    pn, rpn, workers = c["shape"]
+    world = SimpleNamespace(num_nodes=pn, ranks_per_node=rpn, workers_per_rank=workers)
+    return generate_work(c["batching_method"], fake, world, c["epoch"], c["start"])  # type: ignore[arg-type]
+
+
+def _uneven() -> None:
+    import numpy as np
+
+    arrays = {}
+    table = uneven_cases()
+    for k, c in enumerate(table):
+        arrays[str(k)] = np.asarray(_generic_work(c, UNEVEN_STREAMS), np.int16)
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "streams": UNEVEN_STREAMS}
+    np.savez_compressed(os.path.join(OUT, "uneven.npz"), cases=json.dumps(meta), **arrays)
+
+
 def _inner() -> None:
     import warnings
 
@@ -283,6 +388,7 @@ def _inner() -> None:
     _world()
     _resume()
     _resampled()
+    _uneven()
 
 
 def main() -> int:

@@ -192,10 +192,11 @@ def plan_epoch(
         partition_algo=partition_algo,
     )
     sizes = _check_streams(streams)
-    reference = bool(shuffle) and shuffle_algo != "astream"
+    # a reference algorithm: the reference's order and padding, also unshuffled (its layout)
+    reference = shuffle_algo != "astream"
     if shuffle_block_size is not None:
         block = shuffle_block_size
-    elif reference:
+    elif reference and shuffle:
         block = refshuffle.default_block_size(ncn)
     else:
         block = default_block_size(sizes)
@@ -211,52 +212,11 @@ def plan_epoch(
         raise ConfigError("streams: the weights choose no sample at all for this epoch")
     if reference:
         _check_reference_scope(shuffle_algo, batching_method)
-        plan = plan_epoch(
-            streams,
-            seed=seed,
-            epoch=epoch,
-            num_canonical_nodes=ncn,
-            batch_size=bs,
-            shuffle=False,
-            shuffle_block_size=block,
-            epoch_size=epoch_size,
-            sampling_method=sampling_method,
-            sampling_granularity=sampling_granularity,
-            batching_method=batching_method,
-            global_batch_size=global_batch_size,
-            partition_algo=partition_algo,
-        )
-        whole = all(int(c) == int(a.sum()) and bool((a > 0).all()) for a, c in zip(sizes, chosen))
-        if whole:  # every shard read once: the reference's units are the shards, ids the identity
-            units, small = np.concatenate(sizes).astype(np.int64), None
-        else:
-            balanced_draw = sampling_method == "balanced"
-            units, small = refshuffle.resample(
-                sizes, chosen.tolist(), sampling_granularity, seed, epoch, balanced_draw
-            )
-        n = int(units.sum())
-        # L: the reference's dealt position at each of our positions (a one-shard probe plan)
-        probe = plan_epoch(
-            [StreamSpec(np.array([n], np.int64))], seed=seed, epoch=0,
-            num_canonical_nodes=ncn, batch_size=bs, shuffle=False,
-            partition_algo=partition_algo,
+        return _reference_plan(
+            sizes, chosen, shuffle=bool(shuffle), algo=shuffle_algo, seed=seed, epoch=epoch,
+            ncn=ncn, bs=bs, block=block, sampling_method=sampling_method,
+            granularity=sampling_granularity, partition_algo=partition_algo,
         )  # fmt: skip
-        at = np.empty(n, np.int64)
-        for lo in range(0, n, _PROBE_CHUNK):  # chunked: ids_at's temporaries stay small
-            hi = min(lo + _PROBE_CHUNK, n)
-            at[lo:hi] = probe.ids_at(np.arange(lo, hi, dtype=np.int64))
-        del probe
-        perm = refshuffle.get_shuffle(shuffle_algo, units, ncn, seed, epoch, block)
-        assert plan.num_samples == n and (small is None or len(small) == n)
-        # the reference maps its dealt position b to small[perm[b]]; composed in place, one
-        # epoch-long array at a time (no small when every shard is read once: the identity)
-        np.take(perm, at, out=at)
-        del perm
-        if small is not None:
-            np.take(small, at, out=at)
-        del small
-        plan._ref_ids = at
-        return plan
     balanced = sampling_method == "balanced"
     partial_epoch = epoch if balanced else 0
     # the reference re-draws how many samples each shard gives only when shuffling (balanced);
@@ -334,7 +294,40 @@ def plan_epoch(
     return EpochPlan(subs, k, bs, block, ncn, sizes, partition_algo=partition_algo)
 
 
-_PROBE_CHUNK = 1 << 20
+def _reference_plan(
+    sizes: list[I64],
+    chosen: I64,
+    *,
+    shuffle: bool,
+    algo: str,
+    seed: int,
+    epoch: int,
+    ncn: int,
+    bs: int,
+    block: int,
+    sampling_method: str,
+    granularity: int,
+    partition_algo: str,
+) -> EpochPlan:
+    """The reference's epoch: its resampling, its shuffle of the resampled units, its padded
+    index-order layout (see :class:`_ReferencePlan`)."""
+    whole = all(int(c) == int(a.sum()) and bool((a > 0).all()) for a, c in zip(sizes, chosen))
+    balanced = sampling_method == "balanced"
+    if whole:  # every shard read once: the reference's units are the shards, ids the identity
+        units, small = np.concatenate(sizes).astype(np.int64), None
+    else:  # the per-shard counts change per epoch when shuffling balanced; the subsets if balanced
+        units, small = refshuffle.resample(
+            sizes, chosen.tolist(), granularity, seed, epoch, shuffle and balanced, balanced
+        )
+    n = int(units.sum())
+    table: I64 | None = None
+    if shuffle:
+        table = refshuffle.get_shuffle(algo, units, ncn, seed, epoch, block)
+        if small is not None:  # the reference maps its position b to small[perm[b]]
+            np.take(small, table, out=table)
+    else:
+        table = small
+    return _ReferencePlan(table, n, bs, block, ncn, sizes, partition_algo=partition_algo)
 
 
 def _check_reference_scope(algo: str, batching_method: str) -> None:
@@ -434,9 +427,6 @@ def _stratum_counts(stratum: int, weights: NDArray[np.float64], chosen: I64) -> 
 class EpochPlan:
     """The planned global sequence of one epoch, and how it is dealt (see module docstring)."""
 
-    # position -> sample id under a reference shuffle_algo (see plan_epoch)
-    _ref_ids: I64 | None = None
-
     def __init__(
         self,
         subs: list[SubPlan],
@@ -475,14 +465,6 @@ class EpochPlan:
         return self.ids_at(np.arange(start, stop, dtype=np.int64))
 
     def ids_at(self, pos: I64) -> I64:
-        """Ids at global positions; under a reference shuffle_algo, read from the table
-        plan_epoch built from the reference's resampling and shuffle."""
-        if self._ref_ids is None:
-            return self._index_ids_at(pos)
-        n = self.num_samples
-        return self._ref_ids[np.where(pos >= n, (pos - n) % n, pos)]
-
-    def _index_ids_at(self, pos: I64) -> I64:
         """Ids at global positions (a position ``p >= N`` reads ``G[(p - N) mod N]``; dealing
         never asks for one: its padding reads real positions, see ``rank_positions``)."""
         n = self.num_samples
@@ -531,15 +513,10 @@ class EpochPlan:
         """(ranks, units per rank from ``start``): samples, or device batches for
         device_per_stream. Every rank gets the same count (see "Padding")."""
         check_positive_int("start", start, minimum=0)
-        n = self.num_samples
+        self._check_world(world)
+        first, n = self._span(world, start)
         if start > n:
             raise ConfigError(f"start={start} is past the epoch's {n} samples")
-        ncn, p = self.num_canonical_nodes, world.num_nodes
-        if self.partition_algo == "orig" and ncn % p and p % ncn:
-            raise ConfigError(
-                f"num_canonical_nodes={ncn} is incompatible with num_nodes={p}: one must divide "
-                "the other (partition_algo='orig'; 'relaxed' accepts any num_nodes)"
-            )
         r = world.num_ranks
         gb = self.batch_size * r
         if self.batching_method == "per_stream":
@@ -561,7 +538,19 @@ class EpochPlan:
                     f"whole device batch (a multiple of batch_size={self.batch_size})"
                 )
             return r, -(-((n - start) // self.batch_size) // r)
-        return r, -(-(n - start) // r)
+        return r, -(-(n - first) // r)
+
+    def _check_world(self, world: World) -> None:
+        ncn, p = self.num_canonical_nodes, world.num_nodes
+        if self.partition_algo == "orig" and ncn % p and p % ncn:
+            raise ConfigError(
+                f"num_canonical_nodes={ncn} is incompatible with num_nodes={p}: one must divide "
+                "the other (partition_algo='orig'; 'relaxed' accepts any num_nodes)"
+            )
+
+    def _span(self, world: World, start: int) -> tuple[int, int]:
+        """(first dealt position, positions in the epoch) on ``world`` resuming at ``start``."""
+        return start, self.num_samples
 
     def padded_num_samples(self, world: World, start: int = 0) -> int:
         """Samples dealt to all ranks together from ``start`` on, padding included."""
@@ -597,7 +586,8 @@ class EpochPlan:
         r = world.num_ranks
         node, local = divmod(rank, world.ranks_per_node)
         slot = node + world.num_nodes * local
-        bs, n = self.batch_size, self.num_samples
+        bs = self.batch_size
+        first, n = self._span(world, start)
         if self.batching_method == "device_per_stream":
             first, total = start // bs, n // bs
             out = []
@@ -609,11 +599,11 @@ class EpochPlan:
             return out
         b = np.asarray(batches, dtype=np.int64)
         i = b[:, None] * bs + np.arange(bs, dtype=np.int64)[None, :]
-        pos: I64 = start + i * r + slot
+        pos: I64 = first + i * r + slot
         if len(b) and b[-1] == (c - 1) // bs:  # the rank's last batch: partial, maybe a pad
             last = pos[-1, : c - b[-1] * bs].copy()
             if len(last) and last[-1] >= n:
-                last[-1] = self._pad_source(world, slot, start, c)
+                last[-1] = self._pad_source(world, slot, first, c)
             return [*pos[:-1], last]
         return list(pos)
 
@@ -627,7 +617,7 @@ class EpochPlan:
         than ``2 * rpn - 1``.
         """
         pn, rpn = world.num_nodes, world.ranks_per_node
-        m = self.num_samples - start
+        m = self._span(world, start)[1] - start
         node, local = slot % pn, slot // pn
         length = max(0, -(-(m - node) // pn))  # the node's remaining samples
         if length == 0:  # fewer remaining samples than nodes: any real one
@@ -661,3 +651,77 @@ class EpochPlan:
             for part in parts:
                 yield ids[at : at + len(part)]
                 at += len(part)
+
+
+class _ReferencePlan(EpochPlan):
+    """The reference's epoch under one of its algorithms: dealt exactly as 0.13.0 deals it.
+
+    The epoch is the reference's padded index-order layout (:func:`refshuffle.canonical_index`):
+    ``ncn`` canonical nodes of ``P = ceil(n / ncn)`` positions each (a shorter node repeats its
+    last sample; with fewer canonical than physical nodes ``P`` is widened so each canonical node
+    splits evenly over its physical nodes), interleaved. Position ``q`` holds
+    ``table[canonical_index(q)]`` (``table``: the reference's shuffle composed with its
+    resampling; ``None`` is the identity). A resume position is rounded down to a multiple of
+    ``num_nodes``, as the reference's ``drop_first``; then the dealing (rank slots, the ranks'
+    padding, workers) is :class:`EpochPlan`'s, which is the reference's.
+
+    ``num_samples`` is the padded epoch for up to ``ncn`` physical nodes. With more, the epoch
+    is longer; the plan then reads positions in the layout of the World it last dealt to.
+    """
+
+    def __init__(
+        self,
+        table: I64 | None,
+        n: int,
+        batch_size: int,
+        block_size: int,
+        ncn: int,
+        sizes: list[I64],
+        *,
+        partition_algo: str,
+    ) -> None:
+        self._table = table
+        self._n = n
+        self._nodes = 1  # physical nodes of the layout ids_at reads (see the class docstring)
+        self._shard_ends = np.cumsum(np.concatenate(sizes)).astype(np.int64)
+        self.batch_size = batch_size
+        self.block_size = block_size
+        self.num_canonical_nodes = ncn
+        self.partition_algo = partition_algo
+        self.batching_method = "random"
+        self._unit = 1
+        self._chunks = None
+        self._strata = None
+        self._subs = []
+        self.num_samples = self._total(1)
+
+    def _total(self, num_nodes: int) -> int:
+        width = refshuffle.canonical_layout(self._n, self.num_canonical_nodes, num_nodes)[0]
+        return self.num_canonical_nodes * width
+
+    def _check_world(self, world: World) -> None:
+        ncn, p = self.num_canonical_nodes, world.num_nodes
+        if ncn % p and p % ncn:
+            raise ConfigError(
+                f"num_canonical_nodes={ncn} is incompatible with num_nodes={p}: one must divide "
+                f"the other under a reference shuffle_algo (as mosaicml-streaming's "
+                f"{self.partition_algo!r} partition of a fresh epoch)"
+            )
+        if p > ncn:
+            self._nodes = p
+
+    def _span(self, world: World, start: int) -> tuple[int, int]:
+        return start - start % world.num_nodes, self._total(world.num_nodes)
+
+    def ids_at(self, pos: I64) -> I64:
+        n = self._total(self._nodes)
+        pos = np.asarray(pos, np.int64)
+        pos = np.where(pos >= n, (pos - n) % n, pos)
+        try:
+            idx = refshuffle.canonical_index(self._n, self.num_canonical_nodes, self._nodes, pos)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return idx if self._table is None else self._table[idx]
+
+    def locality_bound(self) -> int:
+        return len(self._shard_ends)  # the reference's blocks span any number of shards

@@ -45,6 +45,8 @@ from numpy.typing import NDArray
 
 __all__ = [
     "REFERENCE_ALGOS",
+    "canonical_index",
+    "canonical_layout",
     "default_block_size",
     "default_num_canonical_nodes",
     "divide_spans",
@@ -65,6 +67,46 @@ def default_num_canonical_nodes(algo: str, num_physical_nodes: int) -> int:
 def default_block_size(num_canonical_nodes: int) -> int:
     """The reference's ``shuffle_block_size`` when left unset."""
     return max(4_000_000 // num_canonical_nodes, 1 << 18)
+
+
+def canonical_layout(num_samples: int, ncn: int, num_nodes: int) -> tuple[int, int, int]:
+    """(samples per canonical node ``P``, of which real ``L``, node ratio) of the reference's
+    index-order layout: ``ncn`` rows of ``L = ceil(n / ncn)`` positions, widened to ``P`` (a
+    multiple of ``num_nodes // ncn``) when there are fewer canonical than physical nodes, so
+    each canonical node splits evenly over its physical nodes. The epoch is ``ncn * P``."""
+    length = -(-num_samples // ncn)
+    ratio = num_nodes // ncn if ncn < num_nodes else 0
+    pad = (-length) % ratio if ratio else 0
+    return length + pad, length, ratio
+
+
+def canonical_index(num_samples: int, ncn: int, num_nodes: int, q: I64) -> I64:
+    """Index-order position dealt at position ``q`` of the reference's padded epoch.
+
+    Row ``c`` (canonical node) starts at ``c * n // ncn``; position ``q`` is column
+    ``q // ncn`` of row ``q % ncn``. A row shorter than ``L`` repeats its last sample in column
+    ``L - 1``; columns ``L..P-1`` repeat columns ``L - P + L - ratio + 1 ...`` (a few back); with
+    fewer samples than rows (or as many, and fewer rows than nodes) the rows tile ``0..n-1``.
+    """
+    n = num_samples
+    width, length, ratio = canonical_layout(n, ncn, num_nodes)
+    q = np.asarray(q, np.int64)
+    c, t = q % ncn, q // ncn
+    if not (n > ncn or (n == ncn and ncn >= num_nodes)):
+        out: I64 = (c * width + t) % n
+        return out
+    pad = width - length
+    if pad:
+        back = length - pad - ratio + 1  # the first column the padding repeats
+        if back < 0:
+            raise ValueError(
+                f"the reference cannot pad {n} samples over {ncn} canonical nodes for "
+                f"{num_nodes} physical nodes (too few samples per canonical node)"
+            )
+        t = np.where(t >= length, t - length + back, t)
+    starts = c * n // ncn
+    short = ((c + 1) * n // ncn - starts) < length
+    return starts + t - ((t == length - 1) & short)
 
 
 def _shard_spans(shard_sizes: NDArray[np.int64]) -> tuple[Spans, int]:
@@ -304,11 +346,15 @@ def resample(
     seed: int,
     epoch: int,
     use_epoch: bool,
+    balanced: bool | None = None,
 ) -> tuple[I64, I64]:
     """The reference's shuffle units (per shard: full copies, then the partial one) and the
     sample id of every index-order position (full copies in order, then a sorted random subset
-    drawn from ``default_rng(seed [+ epoch])``), over all streams."""
-    rng = np.random.default_rng(seed + epoch if use_epoch else seed)
+    drawn from ``default_rng(seed [+ epoch])``), over all streams. ``use_epoch``: the per-shard
+    counts change per epoch (shuffle and balanced); ``balanced``: the subsets do (default:
+    ``use_epoch``)."""
+    balanced = use_epoch if balanced is None else balanced
+    rng = np.random.default_rng(seed + epoch if balanced else seed)
     units: list[int] = []
     ids: list[I64] = []
     offset = 0
