@@ -369,6 +369,46 @@ def _uneven() -> None:
     np.savez_compressed(os.path.join(OUT, "uneven.npz"), cases=json.dumps(meta), **arrays)
 
 
+def _defaults() -> None:
+    """``defaults.json``: the ``num_canonical_nodes`` and ``shuffle_block_size`` the reference's
+    ``StreamingDataset`` picks when both are left unset (its own ``_resume`` on a fresh start),
+    per algorithm, shuffle on/off, and physical node count."""
+    from types import SimpleNamespace
+
+    from streaming.base.dataset import StreamingDataset
+
+    out = []
+    for algo in ALGOS:
+        for shuffle in (True, False):
+            for nodes in (1, 2, 4):
+                fake = SimpleNamespace(
+                    _shm_prefix_int=987_654_321,  # no resume state under this name
+                    num_canonical_nodes=None,
+                    shuffle_block_size=None,
+                    shuffle_algo=algo,
+                    shuffle=shuffle,
+                )
+                world = SimpleNamespace(num_nodes=nodes, worker_of_rank=0)
+                fake._set_shuffle_block_size = lambda w, f=fake: (
+                    StreamingDataset._set_shuffle_block_size(f, w)
+                )
+                epoch, start = StreamingDataset._resume(fake, world, 0)  # type: ignore[arg-type]
+                assert (epoch, start) == (0, 0)
+                out.append(
+                    {
+                        "algo": algo,
+                        "shuffle": shuffle,
+                        "nodes": nodes,
+                        "num_canonical_nodes": fake.num_canonical_nodes,
+                        "shuffle_block_size": fake.shuffle_block_size,
+                    }
+                )
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": out}
+    with open(os.path.join(OUT, "defaults.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+
+
 def _inner() -> None:
     import warnings
 
@@ -389,6 +429,7 @@ def _inner() -> None:
     _resume()
     _resampled()
     _uneven()
+    _defaults()
 
 
 def main() -> int:

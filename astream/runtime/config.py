@@ -195,13 +195,16 @@ class DatasetConfig:
             "sampling_granularity", kw["sampling_granularity"], 1, MAX_GRANULARITY
         )
         if kw["num_canonical_nodes"] is None:
-            if kw["shuffle"] and kw["shuffle_algo"] != "astream":
-                raise ConfigError(
-                    f"num_canonical_nodes: must be set with shuffle_algo="
-                    f"{kw['shuffle_algo']!r} (the reference's default depends on the physical "
-                    f"node count: pass the value your reference run used)"
-                )
-            kw["num_canonical_nodes"] = DEFAULT_NUM_CANONICAL_NODES
+            if kw["shuffle_algo"] != "astream":
+                # the reference's default, from this (the initial) World: 64 x physical nodes
+                # for py1s/py2s, the physical nodes otherwise; the checkpoint keeps it
+                from astream.core.refshuffle import default_num_canonical_nodes
+                from astream.placement import detect
+
+                nodes = detect(kw["replication"]).world.num_nodes
+                kw["num_canonical_nodes"] = default_num_canonical_nodes(kw["shuffle_algo"], nodes)
+            else:
+                kw["num_canonical_nodes"] = DEFAULT_NUM_CANONICAL_NODES
         kw["num_canonical_nodes"] = _int(
             "num_canonical_nodes", kw["num_canonical_nodes"], 1, MAX_NUM_CANONICAL_NODES
         )
