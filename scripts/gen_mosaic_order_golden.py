@@ -318,8 +318,20 @@ def _fake_dataset(c: dict, stream_sets: dict):
     stream_sizes = spec["sizes"]
     flat = np.array([x for s in stream_sizes for x in s], np.int64)
     counts = [len(s) for s in stream_sizes]
-    choose = spec["choose"] or [sum(s) for s in stream_sizes]
-    props = np.array(choose, np.int64) / np.array(choose, np.int64).sum()
+    if spec.get("proportion"):  # relative weights: the reference's own Stream.apply_weights
+        from streaming.base.stream import Stream
+
+        objs = [
+            Stream(local=f"/nonexistent/{i}", proportion=p)
+            for i, p in enumerate(spec["proportion"])
+        ]
+        per = np.array([sum(s) for s in stream_sizes], np.int64)
+        Stream.apply_weights(objs, per, spec["epoch_size"], c["seed"])
+        choose = [int(o.choose) for o in objs]
+        props = np.array([o.proportion for o in objs], np.float64)
+    else:
+        choose = spec["choose"] or [sum(s) for s in stream_sizes]
+        props = np.array(choose, np.int64) / np.array(choose, np.int64).sum()
     method = c.get("sampling_method", "balanced")
     fake = SimpleNamespace(
         shuffle_seed=c["seed"],
@@ -356,6 +368,63 @@ def _generic_work(c: dict, stream_sets: dict):
     pn, rpn, workers = c["shape"]
     world = SimpleNamespace(num_nodes=pn, ranks_per_node=rpn, workers_per_rank=workers)
     return generate_work(c["batching_method"], fake, world, c["epoch"], c["start"])  # type: ignore[arg-type]
+
+
+BATCHING_STREAMS = {
+    "three_choose": {"sizes": [[40, 25, 61], [100, 3, 50], [70, 36]], "choose": [201, 61, 223]},
+    "three_prop": {
+        "sizes": [[40, 25, 61], [100, 3, 50], [70, 36]],
+        "choose": None,
+        "proportion": [0.5, 0.3, 0.2],
+        "epoch_size": 410,
+    },
+}
+
+
+def batching_cases() -> list[dict]:
+    """(algorithm or unshuffled) x batching method x canonical nodes 1/2/4 x shapes x both
+    three-stream sets x (epoch 0, epoch 1, epoch 1 resumed at 3 global batches of 2x2x2)."""
+    out = []
+    for algo in (*ALGOS, None):
+        for method in ("stratified", "per_stream", "device_per_stream"):
+            for ncn in (1, 2, 4):
+                for shape in SHAPES:
+                    if method == "device_per_stream" and ncn % shape[0]:
+                        continue
+                    for streams in BATCHING_STREAMS:
+                        for epoch, start in ((0, 0), (1, 0), (1, 48)):
+                            out.append(
+                                {
+                                    "algo": algo or "py1e",
+                                    "shuffle": algo is not None,
+                                    "ncn": ncn,
+                                    "shape": list(shape),
+                                    "epoch": epoch,
+                                    "start": start,
+                                    "streams": streams,
+                                    "block": 60,
+                                    "seed": 43,
+                                    "batching_method": method,
+                                    "partition_algo": "relaxed",
+                                    "batch": 8,
+                                }
+                            )
+    return out
+
+
+def _batching() -> None:
+    import numpy as np
+
+    arrays = {}
+    table = batching_cases()
+    for k, c in enumerate(table):
+        try:
+            arrays[str(k)] = np.asarray(_generic_work(c, BATCHING_STREAMS), np.int16)
+        except ValueError as exc:  # the reference refuses the case: recorded, astream must too
+            c["error"] = str(exc)
+            arrays[str(k)] = np.zeros(0, np.int16)
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "streams": BATCHING_STREAMS}
+    np.savez_compressed(os.path.join(OUT, "batching.npz"), cases=json.dumps(meta), **arrays)
 
 
 def _uneven() -> None:
@@ -430,6 +499,7 @@ def _inner() -> None:
     _resampled()
     _uneven()
     _defaults()
+    _batching()
 
 
 def main() -> int:

@@ -211,7 +211,14 @@ def plan_epoch(
     if int(chosen.sum()) == 0:
         raise ConfigError("streams: the weights choose no sample at all for this epoch")
     if reference:
-        _check_reference_scope(shuffle_algo, batching_method)
+        if batching_method != "random":
+            return _reference_work_plan(
+                streams, sizes, chosen, epoch_size, method=batching_method,
+                shuffle=bool(shuffle), algo=shuffle_algo, seed=seed, epoch=epoch, ncn=ncn,
+                bs=bs, block=block, sampling_method=sampling_method,
+                granularity=sampling_granularity, partition_algo=partition_algo,
+                global_batch_size=global_batch_size,
+            )  # fmt: skip
         return _reference_plan(
             sizes, chosen, shuffle=bool(shuffle), algo=shuffle_algo, seed=seed, epoch=epoch,
             ncn=ncn, bs=bs, block=block, sampling_method=sampling_method,
@@ -330,13 +337,58 @@ def _reference_plan(
     return _ReferencePlan(table, n, bs, block, ncn, sizes, partition_algo=partition_algo)
 
 
-def _check_reference_scope(algo: str, batching_method: str) -> None:
-    """The reference algorithms are implemented under random batching."""
-    if batching_method != "random":
-        raise ConfigError(
-            f"batching_method={batching_method!r} with shuffle_algo={algo!r} is not supported "
-            f"yet: use batching_method='random' (or shuffle_algo='astream')"
+def _reference_proportions(
+    streams: list[StreamSpec], sizes: list[I64], chosen: I64, epoch_size: int | None
+) -> NDArray[np.float64]:
+    """Each stream's ``proportion`` as the reference stores it after weighing its streams."""
+    if all(s.proportion is not None for s in streams):
+        p = np.array([s.proportion for s in streams], np.float64)
+        out: NDArray[np.float64] = p / p.sum()
+        return out
+    unweighted = all(s.repeat is None and s.choose is None for s in streams)
+    if unweighted and epoch_size:
+        n = np.array([int(a.sum()) for a in sizes], np.int64).astype(np.float64)
+        return n / n.sum()
+    c = np.asarray(chosen, np.int64)
+    return c / c.sum()
+
+
+def _reference_work_plan(
+    streams: list[StreamSpec],
+    sizes: list[I64],
+    chosen: I64,
+    epoch_size: int | None,
+    *,
+    method: str,
+    shuffle: bool,
+    algo: str,
+    seed: int,
+    epoch: int,
+    ncn: int,
+    bs: int,
+    block: int,
+    sampling_method: str,
+    granularity: int,
+    partition_algo: str,
+    global_batch_size: int | None,
+) -> EpochPlan:
+    """The reference's per-stream batching: each stream resampled on its own (the reference's
+    ``resample_streams(epoch, stream_id)``), dealt per World by :class:`_ReferenceWorkPlan`."""
+    balanced = sampling_method == "balanced"
+    offset = 0
+    per_stream = []
+    for a, c in zip(sizes, chosen.tolist()):
+        units, small = refshuffle.resample(
+            [a], [int(c)], granularity, seed, epoch, shuffle and balanced, balanced
         )
+        per_stream.append((units, small + offset))
+        offset += int(a.sum())
+    args = dict(
+        shuffle=shuffle, algo=algo, seed=seed, epoch=epoch, block=block, ncn=ncn, bs=bs,
+        epoch_seed_change=shuffle and balanced, partition_algo=partition_algo,
+    )  # fmt: skip
+    props = _reference_proportions(streams, sizes, chosen, epoch_size)
+    return _ReferenceWorkPlan(method, per_stream, props, args, sizes, global_batch_size)
 
 
 def _check_full_batches(full: I64, chosen: I64, what: str) -> None:
@@ -725,3 +777,144 @@ class _ReferencePlan(EpochPlan):
 
     def locality_bound(self) -> int:
         return len(self._shard_ends)  # the reference's blocks span any number of shards
+
+
+class _ReferenceWorkPlan(EpochPlan):
+    """The reference's ``stratified``, ``per_stream`` or ``device_per_stream`` batching under
+    one of its algorithms: its whole work array (nodes, ranks, workers, batches, batch) for a
+    World and resume position, built as 0.13.0 builds it (:func:`refshuffle.batching_work`),
+    O(epoch) like the reference's, cached for the latest (World, start).
+
+    Positions are those of the reference's global batch sequence on the World last dealt to
+    (before it, one node of ``global_batch_size / batch_size`` ranks, or one rank): global batch
+    ``j`` is positions ``[j * GB, (j + 1) * GB)``, rank by rank, node-major; a resume position
+    drops the whole global batches before it, as the reference.
+    """
+
+    def __init__(
+        self,
+        method: str,
+        streams: list[tuple[I64, I64]],
+        proportions: NDArray[np.float64],
+        args: dict[str, object],
+        sizes: list[I64],
+        global_batch_size: int | None,
+    ) -> None:
+        self._streams = streams
+        self._props = proportions
+        self._args = args
+        self._shard_ends = np.cumsum(np.concatenate(sizes)).astype(np.int64)
+        self.batch_size = bs = int(args["bs"])  # type: ignore[call-overload]
+        self.block_size = int(args["block"])  # type: ignore[call-overload]
+        self.num_canonical_nodes = int(args["ncn"])  # type: ignore[call-overload]
+        self.partition_algo = str(args["partition_algo"])
+        self.batching_method = method
+        self._gbs = global_batch_size
+        if global_batch_size is not None:
+            check_positive_int("global_batch_size", global_batch_size)
+        ranks = global_batch_size // bs if global_batch_size and global_batch_size % bs == 0 else 1
+        self._world = World(1, ranks, 1)
+        self._cache: dict[tuple[int, int, int, int], I64] = {}
+        self._work(self._world, 0)  # the reference's errors (a stream too small...) up front
+
+    def _work(self, world: World, start: int) -> I64:
+        key = (world.num_nodes, world.ranks_per_node, world.workers_per_rank, start)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        try:
+            work = refshuffle.batching_work(
+                self.batching_method, self._streams, self._props,
+                pn=world.num_nodes, rpn=world.ranks_per_node, workers=world.workers_per_rank,
+                start=start, **self._args,  # type: ignore[arg-type]
+            )  # fmt: skip
+        except ValueError as exc:
+            raise ConfigError(f"batching_method={self.batching_method!r}: {exc}") from None
+        self._cache = {key: work}
+        return work
+
+    def _flat(self) -> I64:
+        """The reference's global batch sequence (from the epoch's start) on the last World."""
+        w = self._world
+        work = self._work(World(w.num_nodes, w.ranks_per_node, 1), 0)
+        flat: I64 = work.transpose(3, 2, 0, 1, 4).ravel()
+        return flat
+
+    @property  # type: ignore[override]
+    def num_samples(self) -> int:
+        """Positions up to the last global batch holding a sample (the reference's epoch)."""
+        flat = self._flat()
+        gbs = self.batch_size * self._world.num_ranks
+        real = np.flatnonzero(flat >= 0)
+        return 0 if not len(real) else (int(real[-1]) // gbs + 1) * gbs
+
+    def ids_at(self, pos: I64) -> I64:
+        flat = self._flat()
+        pos = np.asarray(pos, np.int64)
+        out: I64 = flat[pos % len(flat)] if len(flat) else np.full_like(pos, -1)
+        return out
+
+    def locality_bound(self) -> int:
+        return len(self._shard_ends)
+
+    def _deal(self, world: World, start: int) -> tuple[int, int]:
+        check_positive_int("start", start, minimum=0)
+        gbs = self.batch_size * world.num_ranks
+        if self._gbs is not None and self._gbs != gbs:
+            raise ConfigError(
+                f"global_batch_size={self._gbs} differs from batch_size x ranks = {gbs}: the "
+                f"reference's {self.batching_method!r} batching takes its global batch from "
+                "the World"
+            )
+        self._world = world
+        work = self._work(world, start)
+        return world.num_ranks, int(work.shape[3])
+
+    def _rank_rows(self, world: World, rank: int, start: int) -> tuple[I64, I64]:
+        """(rows, their positions) of ``rank``'s batches in order, -1 kept."""
+        self._deal(world, start)
+        work = self._work(world, start)
+        node, local = divmod(rank, world.ranks_per_node)
+        w, b = world.workers_per_rank, work.shape[3]
+        rows = work[node, local].transpose(1, 0, 2).reshape(w * b, -1)  # batch j = b * W + w
+        gbs = self.batch_size * world.num_ranks
+        j = np.arange(w * b, dtype=np.int64)
+        base = (start // gbs + j) * gbs + rank * self.batch_size
+        pos = base[:, None] + np.arange(self.batch_size, dtype=np.int64)[None, :]
+        return rows, pos
+
+    def rank_num_samples(self, world: World, global_rank: int, start: int = 0) -> int:
+        world.check_rank(global_rank)
+        rows, _ = self._rank_rows(world, global_rank, start)
+        return int(np.count_nonzero(rows >= 0))
+
+    def padded_num_samples(self, world: World, start: int = 0) -> int:
+        self._deal(world, start)
+        return int(np.count_nonzero(self._work(world, start) >= 0))
+
+    def _rank_batches(self, world: World, start: int) -> int:
+        rows, _ = self._rank_rows(world, 0, start)
+        return len(rows)
+
+    def rank_positions(self, world: World, global_rank: int, batch: int, start: int = 0) -> I64:
+        world.check_rank(global_rank)
+        rows, pos = self._rank_rows(world, global_rank, start)
+        out: I64 = pos[batch][rows[batch] >= 0]
+        return out
+
+    def worker_batches(
+        self, world: World, global_rank: int, worker: int, start: int = 0
+    ) -> Iterator[I64]:
+        world.check_rank(global_rank)
+        world.check_worker(worker)
+        self._deal(world, start)
+        node, local = divmod(global_rank, world.ranks_per_node)
+        rows = self._work(world, start)[node, local, worker]
+
+        def gen() -> Iterator[I64]:
+            for row in rows:
+                real = row[row >= 0]
+                if len(real):
+                    yield real
+
+        return gen()

@@ -32,8 +32,13 @@ def _id(case: tuple[int, dict]) -> str:
 def case_plan(c: dict, stream_sets: dict, **kw: object):
     spec = stream_sets[c["streams"]]
     chooses = spec["choose"] or [None] * len(spec["sizes"])
-    streams = [StreamSpec(np.array(s, np.int64), choose=n) for s, n in zip(spec["sizes"], chooses)]
+    props = spec.get("proportion") or [None] * len(spec["sizes"])
+    streams = [
+        StreamSpec(np.array(s, np.int64), choose=n, proportion=p)
+        for s, n, p in zip(spec["sizes"], chooses, props)
+    ]
     args: dict[str, object] = dict(
+        epoch_size=spec.get("epoch_size"),
         seed=c["seed"],
         epoch=c["epoch"],
         num_canonical_nodes=c["ncn"],
