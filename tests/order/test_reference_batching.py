@@ -55,7 +55,8 @@ def test_reference_refusals_are_config_errors() -> None:
     of the global batch rounds to 0 (stratified), canonical nodes not divisible by the nodes
     (device_per_stream), a global_batch_size that is not the World's."""
     c = dict(CASES[0][1], batching_method="stratified", batch=1)
-    with pytest.raises(ConfigError, match=r"^batching_method='stratified': streams\[\d\]: its share"):
+    share = r"^batching_method='stratified': streams\[\d\]: its share"
+    with pytest.raises(ConfigError, match=share):
         case_plan(c, _META["streams"], batch_size=1).worker_batches(World(1, 1, 1), 0, 0)
     c = dict(CASES[0][1], batching_method="device_per_stream", ncn=1)
     p = case_plan(c, _META["streams"])
