@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Record real mosaicml-streaming 0.13.0 jobs stopped mid-epoch, for tests/engine/test_reference_job.py.
+"""Record real mosaicml-streaming 0.13.0 jobs stopped mid-epoch (tests/engine/test_reference_job).
 
 Usage:  python scripts/gen_mosaic_job_golden.py [--peer-python /work/peervenv/bin/python]
 
