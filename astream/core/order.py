@@ -328,12 +328,14 @@ def _reference_plan(
         )
     n = int(units.sum())
     table: I64 | None = None
-    if shuffle:
-        table = refshuffle.get_shuffle(algo, units, ncn, seed, epoch, block)
+    if shuffle:  # int32 while the ids fit
+        table = refshuffle.get_shuffle(algo, units, ncn, seed, epoch, block, compact=True)
         if small is not None:  # the reference maps its position b to small[perm[b]]
-            np.take(small, table, out=table)
+            table = small[table]
     else:
         table = small
+    if table is not None and len(table) and table.dtype != np.int32 and int(table.max()) < 2**31:
+        table = table.astype(np.int32)
     return _ReferencePlan(table, n, bs, block, ncn, sizes, partition_algo=partition_algo)
 
 
@@ -773,7 +775,7 @@ class _ReferencePlan(EpochPlan):
             idx = refshuffle.canonical_index(self._n, self.num_canonical_nodes, self._nodes, pos)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        return idx if self._table is None else self._table[idx]
+        return idx if self._table is None else self._table[idx].astype(np.int64)
 
     def locality_bound(self) -> int:
         return len(self._shard_ends)  # the reference's blocks span any number of shards

@@ -109,6 +109,12 @@ def canonical_index(num_samples: int, ncn: int, num_nodes: int, q: I64) -> I64:
     return starts + t - ((t == length - 1) & short)
 
 
+def _ids_dtype(total: int) -> type[np.signedinteger]:
+    """int32 ids while they fit: half the memory of the reference's int64 (same draws: numpy's
+    ``shuffle`` of a 1-D array draws by its length only, whatever its item size)."""
+    return np.int32 if total < 2**31 else np.int64
+
+
 def _shard_spans(shard_sizes: NDArray[np.int64]) -> tuple[Spans, int]:
     ends = np.cumsum(np.asarray(shard_sizes, np.int64))
     begins = ends - np.asarray(shard_sizes, np.int64)
@@ -174,7 +180,7 @@ def _shuffled_spans(
     spans, groups, total = _run_order(sizes, ncn, seed)
     rng = np.random.default_rng(seed + epoch)
     spans = _shuffle_within_groups(spans, groups, rng)
-    return spans, groups, rng, np.empty(total, np.int64)
+    return spans, groups, rng, np.empty(total, _ids_dtype(total))
 
 
 def _py1s(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
@@ -194,8 +200,9 @@ def _py2s(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
     perm = np.arange(len(sizes))
     run.shuffle(perm)
     shards = []
+    dtype = _ids_dtype(int(ends[-1]) if len(ends) else 0)
     for j in perm:
-        samples = np.arange(ends[j] - sizes[j], ends[j])
+        samples = np.arange(ends[j] - sizes[j], ends[j], dtype=dtype)
         shards.append(samples)
     for samples in shards:
         run.shuffle(samples)
@@ -269,10 +276,10 @@ def _py1e(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
                 f"a canonical node got 0 samples: the stream has fewer samples than "
                 f"num_canonical_nodes={ncn}"
             )
-        samples = np.empty(n, np.int64)
+        samples = np.empty(n, ids.dtype)
         put = 0
         for lo, hi in mine:
-            chunk = np.arange(lo, hi)
+            chunk = np.arange(lo, hi, dtype=ids.dtype)
             rng.shuffle(chunk)
             samples[put : put + hi - lo] = chunk
             put += hi - lo
@@ -301,7 +308,9 @@ def _py1e(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
 
 def _naive(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
     total = int(np.asarray(sizes, np.int64).sum())
-    return np.random.default_rng(seed + epoch).permutation(total)
+    ids = np.arange(total, dtype=_ids_dtype(total))  # what permutation(total) shuffles
+    np.random.default_rng(seed + epoch).shuffle(ids)
+    return ids
 
 
 REFERENCE_ALGOS: dict[str, Callable[..., NDArray[np.int64]]] = {
@@ -378,14 +387,18 @@ def get_shuffle(
     seed: int,
     epoch: int,
     block_size: int = 1 << 18,
+    *,
+    compact: bool = False,
 ) -> I64:
-    """The reference's global sample order of one epoch (position -> sample id)."""
+    """The reference's global sample order of one epoch (position -> sample id); int64 as the
+    reference's, or with ``compact`` int32 when the ids fit (half the memory)."""
     try:
         fn = REFERENCE_ALGOS[algo]
     except KeyError:
         raise ValueError(f"shuffle_algo={algo!r} is not an algorithm of the reference") from None
     sizes = np.asarray(shard_sizes, np.int64)
-    return np.asarray(fn(sizes, num_canonical_nodes, seed, epoch, block_size), np.int64)
+    ids = fn(sizes, num_canonical_nodes, seed, epoch, block_size)
+    return ids if compact else np.asarray(ids, np.int64)
 
 
 # -- the reference's partition and per-stream batching, as whole arrays --------------------------
