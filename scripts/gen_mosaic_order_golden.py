@@ -427,6 +427,51 @@ def _batching() -> None:
     np.savez_compressed(os.path.join(OUT, "batching.npz"), cases=json.dumps(meta), **arrays)
 
 
+# Resuming on a World whose nodes and canonical nodes do not divide one another: the reference's
+# "relaxed" partition re-deals the initial World's order (its checkpoint's
+# initial_physical_nodes) in global batches of the same size. (num_canonical_nodes, initial
+# nodes, World, per-device batch): 24 = 2 nodes x 2 ranks x 6 = 3 x 2 x 4; 12 = 4 x 1 x 3 =
+# 3 x 1 x 4 = 6 x 1 x 2.
+REDEALS = ((2, 2, (3, 2, 2), 4), (4, 4, (3, 1, 1), 4), (4, 4, (6, 1, 2), 2))
+
+
+def redeal_cases() -> list[dict]:
+    out = []
+    for algo in (*ALGOS, None):
+        for ncn, initial, shape, batch in REDEALS:
+            for streams in UNEVEN_STREAMS:
+                for start in (0, 72, 37):
+                    out.append(
+                        {
+                            "algo": algo or "py1e",
+                            "shuffle": algo is not None,
+                            "ncn": ncn,
+                            "shape": list(shape),
+                            "epoch": 1,
+                            "start": start,
+                            "streams": streams,
+                            "block": 60,
+                            "seed": 47,
+                            "batch": batch,
+                            "batching_method": "random",
+                            "partition_algo": "relaxed",
+                            "initial_physical_nodes": initial,
+                        }
+                    )
+    return out
+
+
+def _redeal() -> None:
+    import numpy as np
+
+    arrays = {}
+    table = redeal_cases()
+    for k, c in enumerate(table):
+        arrays[str(k)] = np.asarray(_generic_work(c, UNEVEN_STREAMS), np.int16)
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "streams": UNEVEN_STREAMS}
+    np.savez_compressed(os.path.join(OUT, "redeal.npz"), cases=json.dumps(meta), **arrays)
+
+
 def _uneven() -> None:
     import numpy as np
 
@@ -500,6 +545,7 @@ def _inner() -> None:
     _uneven()
     _defaults()
     _batching()
+    _redeal()
 
 
 def main() -> int:

@@ -176,8 +176,14 @@ def plan_epoch(
     batching_method: str = "random",
     global_batch_size: int | None = None,
     partition_algo: str = "relaxed",
+    initial_physical_nodes: int | None = None,
 ) -> EpochPlan:
-    """Plan one epoch. Cost O(shards * (1 + repeats)); see the module docstring."""
+    """Plan one epoch. Cost O(shards * (1 + repeats)); see the module docstring.
+
+    ``initial_physical_nodes`` (a reference algorithm only: ``"astream"``'s order never depends
+    on the World): the node count the run started on, from its checkpoint; with
+    ``partition_algo="relaxed"`` a World whose nodes and canonical nodes do not divide one
+    another then gets the reference's re-deal of that initial World's order."""
     check_positive_int("seed", seed, minimum=0)
     check_positive_int("epoch", epoch, minimum=0)
     ncn = check_positive_int("num_canonical_nodes", num_canonical_nodes)
@@ -192,6 +198,13 @@ def plan_epoch(
         partition_algo=partition_algo,
     )
     sizes = _check_streams(streams)
+    if initial_physical_nodes is not None:
+        check_positive_int("initial_physical_nodes", initial_physical_nodes)
+        if shuffle_algo == "astream":
+            raise ConfigError(
+                "initial_physical_nodes: only a reference shuffle_algo uses it (the 'astream' "
+                "order does not depend on the World)"
+            )
     # a reference algorithm: the reference's order and padding, also unshuffled (its layout)
     reference = shuffle_algo != "astream"
     if shuffle_block_size is not None:
@@ -217,12 +230,13 @@ def plan_epoch(
                 shuffle=bool(shuffle), algo=shuffle_algo, seed=seed, epoch=epoch, ncn=ncn,
                 bs=bs, block=block, sampling_method=sampling_method,
                 granularity=sampling_granularity, partition_algo=partition_algo,
-                global_batch_size=global_batch_size,
+                global_batch_size=global_batch_size, initial_nodes=initial_physical_nodes,
             )  # fmt: skip
         return _reference_plan(
             sizes, chosen, shuffle=bool(shuffle), algo=shuffle_algo, seed=seed, epoch=epoch,
             ncn=ncn, bs=bs, block=block, sampling_method=sampling_method,
             granularity=sampling_granularity, partition_algo=partition_algo,
+            initial_nodes=initial_physical_nodes,
         )  # fmt: skip
     balanced = sampling_method == "balanced"
     partial_epoch = epoch if balanced else 0
@@ -315,6 +329,7 @@ def _reference_plan(
     sampling_method: str,
     granularity: int,
     partition_algo: str,
+    initial_nodes: int | None,
 ) -> EpochPlan:
     """The reference's epoch: its resampling, its shuffle of the resampled units, its padded
     index-order layout (see :class:`_ReferencePlan`)."""
@@ -336,7 +351,9 @@ def _reference_plan(
         table = small
     if table is not None and len(table) and table.dtype != np.int32 and int(table.max()) < 2**31:
         table = table.astype(np.int32)
-    return _ReferencePlan(table, n, bs, block, ncn, sizes, partition_algo=partition_algo)
+    return _ReferencePlan(
+        table, n, bs, block, ncn, sizes, partition_algo=partition_algo, initial=initial_nodes
+    )
 
 
 def _reference_proportions(
@@ -373,6 +390,7 @@ def _reference_work_plan(
     granularity: int,
     partition_algo: str,
     global_batch_size: int | None,
+    initial_nodes: int | None,
 ) -> EpochPlan:
     """The reference's per-stream batching: each stream resampled on its own (the reference's
     ``resample_streams(epoch, stream_id)``), dealt per World by :class:`_ReferenceWorkPlan`."""
@@ -388,6 +406,7 @@ def _reference_work_plan(
     args = dict(
         shuffle=shuffle, algo=algo, seed=seed, epoch=epoch, block=block, ncn=ncn, bs=bs,
         epoch_seed_change=shuffle and balanced, partition_algo=partition_algo,
+        initial_nodes=initial_nodes,
     )  # fmt: skip
     props = _reference_proportions(streams, sizes, chosen, epoch_size)
     return _ReferenceWorkPlan(method, per_stream, props, args, sizes, global_batch_size)
@@ -733,9 +752,13 @@ class _ReferencePlan(EpochPlan):
         sizes: list[I64],
         *,
         partition_algo: str,
+        initial: int | None = None,
     ) -> None:
         self._table = table
         self._n = n
+        self._initial = initial
+        self._redealer: _RedealPlan | None = None
+        self._redealing = False  # the World last dealt to gets the re-deal (see _redeal)
         self._nodes = 1  # physical nodes of the layout ids_at reads (see the class docstring)
         self._shard_ends = np.cumsum(np.concatenate(sizes)).astype(np.int64)
         self.batch_size = batch_size
@@ -759,15 +782,56 @@ class _ReferencePlan(EpochPlan):
             raise ConfigError(
                 f"num_canonical_nodes={ncn} is incompatible with num_nodes={p}: one must divide "
                 f"the other under a reference shuffle_algo (as mosaicml-streaming's "
-                f"{self.partition_algo!r} partition of a fresh epoch)"
+                f"{self.partition_algo!r} partition of a fresh epoch; resuming, 'relaxed' "
+                "re-deals the initial World's order when given initial_physical_nodes)"
             )
+        self._redealing = False
         if p > ncn:
             self._nodes = p
+
+    def _redeal(self, world: World) -> _RedealPlan | None:
+        """The re-deal when the reference's "relaxed" partition re-deals (resuming on a World
+        whose nodes and canonical nodes do not divide one another), else None."""
+        ncn, p = self.num_canonical_nodes, world.num_nodes
+        if not (ncn % p and p % ncn) or self.partition_algo != "relaxed" or self._initial is None:
+            return None
+        if self._redealer is None:
+            self._redealer = _RedealPlan(self, self._initial)
+        self._redealing = True
+        return self._redealer
+
+    def worker_batches(
+        self, world: World, global_rank: int, worker: int, start: int = 0
+    ) -> Iterator[I64]:
+        r = self._redeal(world)
+        if r is not None:
+            return r.worker_batches(world, global_rank, worker, start)
+        return super().worker_batches(world, global_rank, worker, start)
+
+    def rank_num_samples(self, world: World, global_rank: int, start: int = 0) -> int:
+        r = self._redeal(world)
+        if r is not None:
+            return r.rank_num_samples(world, global_rank, start)
+        return super().rank_num_samples(world, global_rank, start)
+
+    def padded_num_samples(self, world: World, start: int = 0) -> int:
+        r = self._redeal(world)
+        if r is not None:
+            return r.padded_num_samples(world, start)
+        return super().padded_num_samples(world, start)
+
+    def rank_positions(self, world: World, global_rank: int, batch: int, start: int = 0) -> I64:
+        r = self._redeal(world)
+        if r is not None:
+            return r.rank_positions(world, global_rank, batch, start)
+        return super().rank_positions(world, global_rank, batch, start)
 
     def _span(self, world: World, start: int) -> tuple[int, int]:
         return start - start % world.num_nodes, self._total(world.num_nodes)
 
     def ids_at(self, pos: I64) -> I64:
+        if self._redealing and self._redealer is not None:
+            return self._redealer.ids_at(pos)
         n = self._total(self._nodes)
         pos = np.asarray(pos, np.int64)
         pos = np.where(pos >= n, (pos - n) % n, pos)
@@ -920,3 +984,42 @@ class _ReferenceWorkPlan(EpochPlan):
                     yield real
 
         return gen()
+
+
+class _RedealPlan(_ReferenceWorkPlan):
+    """The reference's "relaxed" re-deal: resuming on a World whose nodes and canonical nodes
+    do not divide one another, it partitions for the initial node count with the per-device
+    batch that keeps the global batch, and hands the global batches, in order, to the new
+    World's ranks (:func:`refshuffle.partition`), mapped through the epoch's table."""
+
+    def __init__(self, base: _ReferencePlan, initial: int) -> None:
+        self._base = base
+        self._initial = initial
+        self._shard_ends = base._shard_ends
+        self.batch_size = base.batch_size
+        self.block_size = base.block_size
+        self.num_canonical_nodes = base.num_canonical_nodes
+        self.partition_algo = base.partition_algo
+        self.batching_method = "random"
+        self._gbs = None
+        self._world = World(1, 1, 1)
+        self._cache: dict[tuple[int, int, int, int], I64] = {}
+
+    def _work(self, world: World, start: int) -> I64:
+        key = (world.num_nodes, world.ranks_per_node, world.workers_per_rank, start)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        base = self._base
+        try:
+            idx = refshuffle.partition(
+                "relaxed", base._n, self.num_canonical_nodes, world.num_nodes,
+                world.ranks_per_node, world.workers_per_rank, self.batch_size, start,
+                self._initial,
+            )  # fmt: skip
+        except ValueError as exc:
+            raise ConfigError(f"partition_algo='relaxed': {exc}") from None
+        table = base._table
+        work = idx if table is None else np.where(idx >= 0, table[np.maximum(idx, 0)], -1)
+        self._cache = {key: work.astype(np.int64, copy=False)}
+        return self._cache[key]
