@@ -109,3 +109,37 @@ def test_dataloader_yields_the_reference_batching(tmp_path: Any, method: str) ->
     assert (
         len(set(i for i in ids if i < 203)) <= 150 and len(set(i for i in ids if i >= 203)) <= 101
     )
+
+
+def test_reference_checkpoint_redeals_on_a_world_that_does_not_divide(
+    local_dataset: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A py1e run started on 2 nodes (2 canonical nodes) resumes on 3 nodes x 2 ranks: the
+    dataset takes the checkpoint's initial_physical_nodes and yields the reference's "relaxed"
+    re-deal (the planner's, which tests/order/test_reference_redeal.py holds equal to 0.13.0's),
+    and its own checkpoint keeps the initial node count, as the reference's does."""
+    monkeypatch.setenv("WORLD_SIZE", "6")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    path = local_dataset[0]
+    ds = StreamingDataset(
+        local=path, batch_size=4, shuffle=True, shuffle_algo="py1e", num_canonical_nodes=2,
+        shuffle_seed=5, shuffle_block_size=300,
+    )  # fmt: skip
+    state = {
+        "epoch": 0,
+        "sample_in_epoch": 72,
+        "num_canonical_nodes": 2,
+        "shuffle_seed": 5,
+        "initial_physical_nodes": 2,
+    }
+    ds.load_state_dict(state)
+    got = [int(s["label"]) for s in ds]
+    plan = plan_epoch(
+        [StreamSpec(shard_sizes(path))], seed=5, epoch=0, num_canonical_nodes=2, batch_size=4,
+        shuffle=True, shuffle_algo="py1e", shuffle_block_size=300, initial_physical_nodes=2,
+    )  # fmt: skip
+    want = [int(x) for b in plan.worker_batches(World(3, 2, 1), 3, 0, 72) for x in b]
+    assert got == want and len(got) > 100
+    assert ds.state_dict(96, True)["initial_physical_nodes"] == 2
