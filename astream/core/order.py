@@ -46,6 +46,15 @@ resuming at global position ``k`` (0 for a fresh epoch), ``M = N - k`` positions
 partial when ``bs`` does not divide that; the ``(-M) mod R`` positions past ``N`` are pads, each
 the last sample of a rank, and read the real position the reference repeats there
 (:meth:`EpochPlan._pad_source`). One rank: exactly ``G[k:]``, no pad.
+
+**Reference algorithms** (``shuffle_algo`` py1e, py1br, py1s, py2s, naive; shuffled or not):
+mosaicml-streaming 0.13.0's order, padding and dealing, bit for bit. ``random`` batching:
+:class:`_ReferencePlan` (the reference's padded canonical layout, computed per position, mapped
+through its shuffle and resampling; dealt by the rules above, resume rounded down to
+``num_nodes``; with ``initial_physical_nodes`` a World that does not divide the canonical nodes
+gets the reference's "relaxed" re-deal, :class:`_RedealPlan`). ``stratified``, ``per_stream``,
+``device_per_stream``: :class:`_ReferenceWorkPlan`, the reference's whole work array per World
+and resume position (:func:`refshuffle.batching_work`).
 """
 
 from __future__ import annotations
