@@ -376,9 +376,11 @@ def _reference_proportions(
     unweighted = all(s.repeat is None and s.choose is None for s in streams)
     if unweighted and epoch_size:
         n = np.array([int(a.sum()) for a in sizes], np.int64).astype(np.float64)
-        return n / n.sum()
+        share: NDArray[np.float64] = n / n.sum()
+        return share
     c = np.asarray(chosen, np.int64)
-    return c / c.sum()
+    chosen_share: NDArray[np.float64] = c / c.sum()
+    return chosen_share
 
 
 def _reference_work_plan(
@@ -915,8 +917,8 @@ class _ReferenceWorkPlan(EpochPlan):
         flat: I64 = work.transpose(3, 2, 0, 1, 4).ravel()
         return flat
 
-    @property  # type: ignore[override]
-    def num_samples(self) -> int:
+    @property
+    def num_samples(self) -> int:  # type: ignore[override]
         """Positions up to the last global batch holding a sample (the reference's epoch)."""
         flat = self._flat()
         gbs = self.batch_size * self._world.num_ranks

@@ -106,7 +106,8 @@ def canonical_index(num_samples: int, ncn: int, num_nodes: int, q: I64) -> I64:
         t = np.where(t >= length, t - length + back, t)
     starts = c * n // ncn
     short = ((c + 1) * n // ncn - starts) < length
-    return starts + t - ((t == length - 1) & short)
+    index: I64 = starts + t - ((t == length - 1) & short)
+    return index
 
 
 def _ids_dtype(total: int) -> type[np.signedinteger]:
@@ -425,13 +426,13 @@ def partition_orig(n: int, ncn: int, pn: int, rpn: int, workers: int, bs: int, d
         else:
             extra = np.concatenate([np.tile(ids, short // length), ids[:, : short % length]], 1)
         ids = np.concatenate([ids, extra], 1)
-    ids = ids.reshape(pn, -1, rpn)
-    per_rank = ids.shape[1]
+    ranks: I64 = ids.reshape(pn, -1, rpn)
+    per_rank = ranks.shape[1]
     rounded = -(-per_rank // (workers * bs)) * (workers * bs)
     if rounded > per_rank:
-        ids = np.concatenate([ids, np.full((pn, rounded - per_rank, rpn), -1, np.int64)], 1)
-    ids = ids.transpose(0, 2, 1).reshape(pn, rpn, -1, workers, bs)
-    out: I64 = ids.transpose(0, 1, 3, 2, 4)
+        ranks = np.concatenate([ranks, np.full((pn, rounded - per_rank, rpn), -1, np.int64)], 1)
+    dealt = ranks.transpose(0, 2, 1).reshape(pn, rpn, -1, workers, bs)
+    out: I64 = dealt.transpose(0, 1, 3, 2, 4)
     return out
 
 
@@ -592,12 +593,12 @@ def batching_work(
         for s, part in enumerate(parts):
             flat = part[node * per_node : (node + 1) * per_node].transpose(3, 2, 0, 1, 4).ravel()
             flat = np.concatenate([flat, np.full(bs - flat.size % bs, -1, np.int64)])
-            rows = flat.reshape(-1, bs)
-            full = int(np.count_nonzero(rows.min(axis=1) >= 0))
+            cut = flat.reshape(-1, bs)
+            full = int(np.count_nonzero(cut.min(axis=1) >= 0))
             if full == 0:
                 raise ValueError(f"streams[{s}] does not fill one device batch of {bs}")
             counts.append(full)
-            mine.append(rows[:full])
+            mine.append(cut[:full])
         node_batches.append(np.concatenate(mine))
         node_counts.append(counts)
     most = max(len(b) for b in node_batches)
