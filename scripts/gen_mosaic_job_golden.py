@@ -15,7 +15,9 @@ rank):
 3. the reference itself resumed from that checkpoint: the rest of the epoch.
 
 ``jobs.json`` holds, per job, the arguments, the uninterrupted batches, the batches consumed
-before the stop, and the reference's own resumed batches. The epochs do not split evenly over
+before the stop, and the reference's own resumed batches; ``rank_jobs`` the same per rank for
+``RANK_JOBS``, run as one node of 2 ranks (two processes, torch.distributed over gloo on
+127.0.0.1), the checkpoint being rank 0's. The epochs do not split evenly over
 the canonical nodes (203 samples over 3, and over 64: py1s's default with
 ``num_canonical_nodes`` unset on one node), so the reference's padding is part of them.
 """
@@ -45,6 +47,10 @@ JOBS = (
 )
 BATCH = 4
 WORKERS = 2
+# one node x 2 ranks (torch.distributed, gloo): 203 samples over 5 canonical nodes is 205
+# positions, an odd count, so one rank also pads
+RANK_JOBS = ({"name": "py1e-ncn5-2ranks", "algo": "py1e", "ncn": 5, "seed": 13, "block": 40,
+              "stop": 9, "ranks": 2},)  # fmt: skip
 
 
 def _collate(batch):
@@ -53,10 +59,10 @@ def _collate(batch):
     return torch.tensor([int(s["x"]) for s in batch])
 
 
-def _loader(data: str, job: dict):
+def _loader(data: str, job: dict, cache: str | None = None):
     from streaming import StreamingDataLoader, StreamingDataset
 
-    cache = tempfile.mkdtemp(prefix="mosaic-job-")
+    cache = cache or tempfile.mkdtemp(prefix="mosaic-job-")
     ds = StreamingDataset(
         remote=data, local=cache, shuffle=True, shuffle_algo=job["algo"],
         shuffle_seed=job["seed"], num_canonical_nodes=job["ncn"],
@@ -65,8 +71,71 @@ def _loader(data: str, job: dict):
     return StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=_collate)
 
 
+def _rank_job() -> None:
+    """One rank of a RANK_JOBS job (started by _inner with the launcher's variables)."""
+    import torch.distributed as dist
+
+    job = next(j for j in RANK_JOBS if j["name"] == os.environ["GEN_JOB"])
+    rank, work = int(os.environ["RANK"]), os.environ["GEN_WORK"]
+    dist.init_process_group("gloo", rank=rank, world_size=job["ranks"])
+    data = os.path.join(OUT, "data")
+    whole = [b.tolist() for b in _loader(data, job, os.path.join(work, "whole"))]
+    dist.barrier()
+    loader = _loader(data, job, os.path.join(work, "stop"))
+    consumed = []
+    for batch in loader:
+        consumed.append(batch.tolist())
+        if len(consumed) == job["stop"]:
+            break
+    state = loader.state_dict()
+    del loader
+    dist.barrier()
+    resumed_loader = _loader(data, job, os.path.join(work, "resume"))
+    resumed_loader.load_state_dict(state)
+    resumed = [b.tolist() for b in resumed_loader]
+    dist.barrier()
+    with open(os.path.join(work, f"rank{rank}.json"), "w") as f:
+        json.dump({"whole": whole, "consumed": consumed, "resumed": resumed, "state": state}, f)
+    dist.destroy_process_group()
+
+
+def _rank_jobs() -> list[dict]:
+    import subprocess
+
+    out = []
+    for job in RANK_JOBS:
+        work = tempfile.mkdtemp(prefix="mosaic-ranks-")
+        procs = []
+        for rank in range(job["ranks"]):
+            env = dict(
+                os.environ, GEN_JOB=job["name"], GEN_WORK=work, RANK=str(rank),
+                LOCAL_RANK=str(rank), WORLD_SIZE=str(job["ranks"]),
+                LOCAL_WORLD_SIZE=str(job["ranks"]), MASTER_ADDR="127.0.0.1", MASTER_PORT="29517",
+            )  # fmt: skip
+            procs.append(
+                subprocess.Popen([sys.executable, os.path.abspath(__file__), "--inner"], env=env)
+            )
+        if any(p.wait(timeout=300) for p in procs):
+            raise RuntimeError(f"a rank of {job['name']} failed")
+        ranks = []
+        for rank in range(job["ranks"]):
+            with open(os.path.join(work, f"rank{rank}.json")) as f:
+                ranks.append(json.load(f))
+        state = ranks[0]["state"]
+        with open(os.path.join(OUT, f"{job['name']}.state.json"), "w") as f:
+            json.dump(state, f, indent=1, sort_keys=True)
+            f.write("\n")
+        shutil.rmtree(work, ignore_errors=True)
+        out.append(dict(job, ranks_out=ranks, state=state))
+    return out
+
+
 def _inner() -> None:
     import warnings
+
+    if os.environ.get("GEN_JOB"):
+        _rank_job()
+        return
 
     from streaming import MDSWriter
     from streaming.base.util import clean_stale_shared_memory
@@ -101,7 +170,7 @@ def _inner() -> None:
             dict(job, whole=whole, consumed=consumed, reference_resumed=resumed, state=state)
         )
     meta = {"reference": "mosaicml-streaming 0.13.0", "batch": BATCH, "workers": WORKERS,
-            "jobs": out}  # fmt: skip
+            "jobs": out, "rank_jobs": _rank_jobs()}  # fmt: skip
     with open(os.path.join(OUT, "jobs.json"), "w") as f:
         json.dump(meta, f)
         f.write("\n")

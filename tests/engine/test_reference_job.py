@@ -67,3 +67,28 @@ def test_astream_job_is_the_reference_job(tmp_path: Any, job: dict) -> None:
     assert got == job["consumed"]
     mine = loader.state_dict()
     assert {k: mine[k] for k in job["state"]} == job["state"]
+
+
+RANK_JOBS = META["rank_jobs"]
+
+
+@pytest.mark.parametrize("job", RANK_JOBS, ids=[j["name"] for j in RANK_JOBS])
+def test_reference_two_rank_job_resumes_on_astream(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, job: dict
+) -> None:
+    """A reference job on one node x 2 ranks (torch.distributed, gloo), stopped mid-epoch: each
+    astream rank, given the reference's checkpoint file, yields that rank's remainder; with
+    what the rank consumed before, it is the rank's uninterrupted epoch (205 positions, so one
+    rank also repeats a sample, as in the reference)."""
+    with open(os.path.join(JOBS_DIR, f"{job['name']}.state.json")) as f:
+        state = json.load(f)
+    monkeypatch.setenv("WORLD_SIZE", str(job["ranks"]))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(job["ranks"]))
+    for rank, ref in enumerate(job["ranks_out"]):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        loader = _loader(tmp_path, job)
+        loader.load_state_dict(state)
+        rest = list(loader)
+        assert rest == ref["resumed"], rank
+        assert ref["consumed"] + rest == ref["whole"], rank
