@@ -991,7 +991,8 @@ class StreamingCore:
             sample_in_epoch=pos,
             shuffle_seed=self.cfg.shuffle_seed,
             num_canonical_nodes=self.cfg.num_canonical_nodes,
-            initial_physical_nodes=world.num_nodes,
+            # kept from the checkpoint a reference algorithm resumed from, as the reference
+            initial_physical_nodes=self.cfg.initial_physical_nodes or world.num_nodes,
             initial_ranks_per_node=world.ranks_per_node,
         ).to_dict()
 
@@ -1017,6 +1018,9 @@ class StreamingCore:
         for key in ("num_canonical_nodes", "shuffle_seed"):
             if getattr(state, key) != getattr(self.cfg, key):
                 changes[key] = getattr(state, key)
+        initial = state.initial_physical_nodes  # a reference algorithm re-deals from it
+        if self.cfg.shuffle_algo != "astream" and initial != self.cfg.initial_physical_nodes:
+            changes["initial_physical_nodes"] = initial
         if changes:
             self.cfg = self.cfg.replace(**changes)
             self._plans.clear()

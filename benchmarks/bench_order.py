@@ -220,9 +220,31 @@ def main() -> None:
     ap.add_argument("--peer-python", default="/work/peervenv/bin/python")
     ap.add_argument("--ref-samples", type=int, default=25_000_000)
     ap.add_argument("--skip-ref", action="store_true")
+    ap.add_argument(
+        "--ref-algos-only",
+        type=int,
+        metavar="REPS",
+        default=0,
+        help="only section 3 (and the reference's own time beside it), REPS repetitions",
+    )
     args = ap.parse_args()
     peer = None if args.skip_ref or not Path(args.peer_python).exists() else args.peer_python
     report: dict[str, object] = {}
+    if args.ref_algos_only:
+        shards = args.ref_samples // 4000
+        reps = []
+        for _ in range(args.ref_algos_only):
+            rep: dict[str, object] = dict(bench_reference_algos(args.ref_samples))
+            if peer:
+                drop = args.ref_samples // 2 // 2048 * 2048
+                rep["reference"] = json.loads(
+                    run_peer(peer, REF_SCALE, str(shards), "4000", str(drop))
+                )
+            reps.append(rep)
+        report = {"samples": shards * 4000, "reps": reps}
+        json.dump(report, sys.stdout, indent=1)
+        print()
+        return
     report["scale_default_block"] = bench_scale(None)
     report["scale_block_262144"] = bench_scale(262144)
     if peer:

@@ -264,6 +264,265 @@ def _resampled() -> None:
     np.savez_compressed(os.path.join(OUT, "resampled.npz"), cases=json.dumps(meta), **arrays)
 
 
+# Epochs that do not split evenly (the reference's padding): 203 samples in one stream, and three
+# streams resampled by ``choose`` to 485; canonical nodes 1, 2, 3, 8 (3 and 8 do not divide
+# either), fewer canonical than physical nodes (4x1x2 with 1 or 2 of them), resume positions not
+# a multiple of the physical nodes (37).
+UNEVEN_STREAMS = {
+    "odd": {"sizes": [[7, 130, 1, 65]], "choose": None},
+    "three_choose": {"sizes": [[40, 25, 61], [100, 3, 50], [70, 36]], "choose": [201, 61, 223]},
+}
+UNEVEN_SHAPES = ((1, 1, 1), (1, 2, 2), (2, 2, 2), (4, 1, 2))
+
+
+def uneven_cases() -> list[dict]:
+    """(algorithm or unshuffled) x canonical nodes 1/2/3/8 x shapes x both stream sets x
+    (epoch 0, epoch 1, epoch 1 resumed at 37), where the reference accepts the World."""
+    out = []
+    for algo in (*ALGOS, None):
+        for ncn in (1, 2, 3, 8):
+            for shape in UNEVEN_SHAPES:
+                pn = shape[0]
+                if (ncn % pn) and (pn % ncn):
+                    continue
+                for streams in UNEVEN_STREAMS:
+                    for epoch, start in ((0, 0), (1, 0), (1, 37)):
+                        out.append(
+                            {
+                                "algo": algo or "py1e",
+                                "shuffle": algo is not None,
+                                "ncn": ncn,
+                                "shape": list(shape),
+                                "epoch": epoch,
+                                "start": start,
+                                "streams": streams,
+                                "block": 60,
+                                "seed": 41,
+                                "batching_method": "random",
+                                "partition_algo": "relaxed",
+                            }
+                        )
+    return out
+
+
+def _fake_dataset(c: dict, stream_sets: dict):
+    """An object with the attributes the reference's batching and resampling read, set as its
+    StreamingDataset sets them (``Stream.apply_weights``: absolute weights, so each stream's
+    proportion is its share of the chosen samples)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from streaming.base.dataset import StreamingDataset
+
+    spec = stream_sets[c["streams"]]
+    stream_sizes = spec["sizes"]
+    flat = np.array([x for s in stream_sizes for x in s], np.int64)
+    counts = [len(s) for s in stream_sizes]
+    if spec.get("proportion"):  # relative weights: the reference's own Stream.apply_weights
+        from streaming.base.stream import Stream
+
+        objs = [
+            Stream(local=f"/nonexistent/{i}", proportion=p)
+            for i, p in enumerate(spec["proportion"])
+        ]
+        per = np.array([sum(s) for s in stream_sizes], np.int64)
+        Stream.apply_weights(objs, per, spec["epoch_size"], c["seed"])
+        choose = [int(o.choose) for o in objs]
+        props = np.array([o.proportion for o in objs], np.float64)
+    else:
+        choose = spec["choose"] or [sum(s) for s in stream_sizes]
+        props = np.array(choose, np.int64) / np.array(choose, np.int64).sum()
+    method = c.get("sampling_method", "balanced")
+    fake = SimpleNamespace(
+        shuffle_seed=c["seed"],
+        sampling_method=method,
+        num_streams=len(stream_sizes),
+        shard_offset_per_stream=np.cumsum([0, *counts[:-1]]).astype(np.int64),
+        shards_per_stream=np.array(counts, np.int64),
+        samples_per_shard=flat,
+        sample_offset_per_shard=(np.cumsum(flat) - flat).astype(np.int64),
+        streams=[SimpleNamespace(choose=int(x), proportion=p) for x, p in zip(choose, props)],
+        sampling_granularity=c.get("granularity", 1),
+        epoch_seed_change=c["shuffle"] and method == "balanced",
+        num_canonical_nodes=c["ncn"],
+        batch_size=c.get("batch", BATCH),
+        partition_algo=c["partition_algo"],
+        epoch_size=int(sum(choose)),
+        initial_physical_nodes=c.get("initial_physical_nodes"),
+        shuffle=c["shuffle"],
+        shuffle_algo=c["algo"],
+        shuffle_block_size=c["block"],
+    )
+    fake.resample_streams = lambda epoch, stream_id=None: StreamingDataset.resample_streams(
+        fake, epoch, stream_id
+    )
+    return fake
+
+
+def _generic_work(c: dict, stream_sets: dict):
+    from types import SimpleNamespace
+
+    from streaming.base.batching import generate_work
+
+    fake = _fake_dataset(c, stream_sets)
+    pn, rpn, workers = c["shape"]
+    world = SimpleNamespace(num_nodes=pn, ranks_per_node=rpn, workers_per_rank=workers)
+    return generate_work(c["batching_method"], fake, world, c["epoch"], c["start"])  # type: ignore[arg-type]
+
+
+BATCHING_STREAMS = {
+    "three_choose": {"sizes": [[40, 25, 61], [100, 3, 50], [70, 36]], "choose": [201, 61, 223]},
+    "three_prop": {
+        "sizes": [[40, 25, 61], [100, 3, 50], [70, 36]],
+        "choose": None,
+        "proportion": [0.5, 0.3, 0.2],
+        "epoch_size": 410,
+    },
+}
+
+
+def batching_cases() -> list[dict]:
+    """(algorithm or unshuffled) x batching method x canonical nodes 1/2/4 x shapes x both
+    three-stream sets x (epoch 0, epoch 1, epoch 1 resumed at 3 global batches of 2x2x2)."""
+    out = []
+    for algo in (*ALGOS, None):
+        for method in ("stratified", "per_stream", "device_per_stream"):
+            for ncn in (1, 2, 4):
+                for shape in SHAPES:
+                    if method == "device_per_stream" and ncn % shape[0]:
+                        continue
+                    for streams in BATCHING_STREAMS:
+                        for epoch, start in ((0, 0), (1, 0), (1, 48)):
+                            out.append(
+                                {
+                                    "algo": algo or "py1e",
+                                    "shuffle": algo is not None,
+                                    "ncn": ncn,
+                                    "shape": list(shape),
+                                    "epoch": epoch,
+                                    "start": start,
+                                    "streams": streams,
+                                    "block": 60,
+                                    "seed": 43,
+                                    "batching_method": method,
+                                    "partition_algo": "relaxed",
+                                    "batch": 8,
+                                }
+                            )
+    return out
+
+
+def _batching() -> None:
+    import numpy as np
+
+    arrays = {}
+    table = batching_cases()
+    for k, c in enumerate(table):
+        try:
+            arrays[str(k)] = np.asarray(_generic_work(c, BATCHING_STREAMS), np.int16)
+        except ValueError as exc:  # the reference refuses the case: recorded, astream must too
+            c["error"] = str(exc)
+            arrays[str(k)] = np.zeros(0, np.int16)
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "streams": BATCHING_STREAMS}
+    np.savez_compressed(os.path.join(OUT, "batching.npz"), cases=json.dumps(meta), **arrays)
+
+
+# Resuming on a World whose nodes and canonical nodes do not divide one another: the reference's
+# "relaxed" partition re-deals the initial World's order (its checkpoint's
+# initial_physical_nodes) in global batches of the same size. (num_canonical_nodes, initial
+# nodes, World, per-device batch): 24 = 2 nodes x 2 ranks x 6 = 3 x 2 x 4; 12 = 4 x 1 x 3 =
+# 3 x 1 x 4 = 6 x 1 x 2.
+REDEALS = ((2, 2, (3, 2, 2), 4), (4, 4, (3, 1, 1), 4), (4, 4, (6, 1, 2), 2))
+
+
+def redeal_cases() -> list[dict]:
+    out = []
+    for algo in (*ALGOS, None):
+        for ncn, initial, shape, batch in REDEALS:
+            for streams in UNEVEN_STREAMS:
+                for start in (0, 72, 37):
+                    out.append(
+                        {
+                            "algo": algo or "py1e",
+                            "shuffle": algo is not None,
+                            "ncn": ncn,
+                            "shape": list(shape),
+                            "epoch": 1,
+                            "start": start,
+                            "streams": streams,
+                            "block": 60,
+                            "seed": 47,
+                            "batch": batch,
+                            "batching_method": "random",
+                            "partition_algo": "relaxed",
+                            "initial_physical_nodes": initial,
+                        }
+                    )
+    return out
+
+
+def _redeal() -> None:
+    import numpy as np
+
+    arrays = {}
+    table = redeal_cases()
+    for k, c in enumerate(table):
+        arrays[str(k)] = np.asarray(_generic_work(c, UNEVEN_STREAMS), np.int16)
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "streams": UNEVEN_STREAMS}
+    np.savez_compressed(os.path.join(OUT, "redeal.npz"), cases=json.dumps(meta), **arrays)
+
+
+def _uneven() -> None:
+    import numpy as np
+
+    arrays = {}
+    table = uneven_cases()
+    for k, c in enumerate(table):
+        arrays[str(k)] = np.asarray(_generic_work(c, UNEVEN_STREAMS), np.int16)
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "streams": UNEVEN_STREAMS}
+    np.savez_compressed(os.path.join(OUT, "uneven.npz"), cases=json.dumps(meta), **arrays)
+
+
+def _defaults() -> None:
+    """``defaults.json``: the ``num_canonical_nodes`` and ``shuffle_block_size`` the reference's
+    ``StreamingDataset`` picks when both are left unset (its own ``_resume`` on a fresh start),
+    per algorithm, shuffle on/off, and physical node count."""
+    from types import SimpleNamespace
+
+    from streaming.base.dataset import StreamingDataset
+
+    out = []
+    for algo in ALGOS:
+        for shuffle in (True, False):
+            for nodes in (1, 2, 4):
+                fake = SimpleNamespace(
+                    _shm_prefix_int=987_654_321,  # no resume state under this name
+                    num_canonical_nodes=None,
+                    shuffle_block_size=None,
+                    shuffle_algo=algo,
+                    shuffle=shuffle,
+                )
+                world = SimpleNamespace(num_nodes=nodes, worker_of_rank=0)
+                fake._set_shuffle_block_size = lambda w, f=fake: (
+                    StreamingDataset._set_shuffle_block_size(f, w)
+                )
+                epoch, start = StreamingDataset._resume(fake, world, 0)  # type: ignore[arg-type]
+                assert (epoch, start) == (0, 0)
+                out.append(
+                    {
+                        "algo": algo,
+                        "shuffle": shuffle,
+                        "nodes": nodes,
+                        "num_canonical_nodes": fake.num_canonical_nodes,
+                        "shuffle_block_size": fake.shuffle_block_size,
+                    }
+                )
+    meta = {"reference": "mosaicml-streaming 0.13.0", "cases": out}
+    with open(os.path.join(OUT, "defaults.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+
+
 def _inner() -> None:
     import warnings
 
@@ -283,6 +542,10 @@ def _inner() -> None:
     _world()
     _resume()
     _resampled()
+    _uneven()
+    _defaults()
+    _batching()
+    _redeal()
 
 
 def main() -> int:

@@ -46,6 +46,15 @@ resuming at global position ``k`` (0 for a fresh epoch), ``M = N - k`` positions
 partial when ``bs`` does not divide that; the ``(-M) mod R`` positions past ``N`` are pads, each
 the last sample of a rank, and read the real position the reference repeats there
 (:meth:`EpochPlan._pad_source`). One rank: exactly ``G[k:]``, no pad.
+
+**Reference algorithms** (``shuffle_algo`` py1e, py1br, py1s, py2s, naive; shuffled or not):
+mosaicml-streaming 0.13.0's order, padding and dealing, bit for bit. ``random`` batching:
+:class:`_ReferencePlan` (the reference's padded canonical layout, computed per position, mapped
+through its shuffle and resampling; dealt by the rules above, resume rounded down to
+``num_nodes``; with ``initial_physical_nodes`` a World that does not divide the canonical nodes
+gets the reference's "relaxed" re-deal, :class:`_RedealPlan`). ``stratified``, ``per_stream``,
+``device_per_stream``: :class:`_ReferenceWorkPlan`, the reference's whole work array per World
+and resume position (:func:`refshuffle.batching_work`).
 """
 
 from __future__ import annotations
@@ -176,8 +185,14 @@ def plan_epoch(
     batching_method: str = "random",
     global_batch_size: int | None = None,
     partition_algo: str = "relaxed",
+    initial_physical_nodes: int | None = None,
 ) -> EpochPlan:
-    """Plan one epoch. Cost O(shards * (1 + repeats)); see the module docstring."""
+    """Plan one epoch. Cost O(shards * (1 + repeats)); see the module docstring.
+
+    ``initial_physical_nodes`` (a reference algorithm only: ``"astream"``'s order never depends
+    on the World): the node count the run started on, from its checkpoint; with
+    ``partition_algo="relaxed"`` a World whose nodes and canonical nodes do not divide one
+    another then gets the reference's re-deal of that initial World's order."""
     check_positive_int("seed", seed, minimum=0)
     check_positive_int("epoch", epoch, minimum=0)
     ncn = check_positive_int("num_canonical_nodes", num_canonical_nodes)
@@ -192,10 +207,18 @@ def plan_epoch(
         partition_algo=partition_algo,
     )
     sizes = _check_streams(streams)
-    reference = bool(shuffle) and shuffle_algo != "astream"
+    if initial_physical_nodes is not None:
+        check_positive_int("initial_physical_nodes", initial_physical_nodes)
+        if shuffle_algo == "astream":
+            raise ConfigError(
+                "initial_physical_nodes: only a reference shuffle_algo uses it (the 'astream' "
+                "order does not depend on the World)"
+            )
+    # a reference algorithm: the reference's order and padding, also unshuffled (its layout)
+    reference = shuffle_algo != "astream"
     if shuffle_block_size is not None:
         block = shuffle_block_size
-    elif reference:
+    elif reference and shuffle:
         block = refshuffle.default_block_size(ncn)
     else:
         block = default_block_size(sizes)
@@ -210,53 +233,20 @@ def plan_epoch(
     if int(chosen.sum()) == 0:
         raise ConfigError("streams: the weights choose no sample at all for this epoch")
     if reference:
-        _check_reference_scope(shuffle_algo, batching_method)
-        plan = plan_epoch(
-            streams,
-            seed=seed,
-            epoch=epoch,
-            num_canonical_nodes=ncn,
-            batch_size=bs,
-            shuffle=False,
-            shuffle_block_size=block,
-            epoch_size=epoch_size,
-            sampling_method=sampling_method,
-            sampling_granularity=sampling_granularity,
-            batching_method=batching_method,
-            global_batch_size=global_batch_size,
-            partition_algo=partition_algo,
-        )
-        whole = all(int(c) == int(a.sum()) and bool((a > 0).all()) for a, c in zip(sizes, chosen))
-        if whole:  # every shard read once: the reference's units are the shards, ids the identity
-            units, small = np.concatenate(sizes).astype(np.int64), None
-        else:
-            balanced_draw = sampling_method == "balanced"
-            units, small = refshuffle.resample(
-                sizes, chosen.tolist(), sampling_granularity, seed, epoch, balanced_draw
-            )
-        n = int(units.sum())
-        # L: the reference's dealt position at each of our positions (a one-shard probe plan)
-        probe = plan_epoch(
-            [StreamSpec(np.array([n], np.int64))], seed=seed, epoch=0,
-            num_canonical_nodes=ncn, batch_size=bs, shuffle=False,
-            partition_algo=partition_algo,
+        if batching_method != "random":
+            return _reference_work_plan(
+                streams, sizes, chosen, epoch_size, method=batching_method,
+                shuffle=bool(shuffle), algo=shuffle_algo, seed=seed, epoch=epoch, ncn=ncn,
+                bs=bs, block=block, sampling_method=sampling_method,
+                granularity=sampling_granularity, partition_algo=partition_algo,
+                global_batch_size=global_batch_size, initial_nodes=initial_physical_nodes,
+            )  # fmt: skip
+        return _reference_plan(
+            sizes, chosen, shuffle=bool(shuffle), algo=shuffle_algo, seed=seed, epoch=epoch,
+            ncn=ncn, bs=bs, block=block, sampling_method=sampling_method,
+            granularity=sampling_granularity, partition_algo=partition_algo,
+            initial_nodes=initial_physical_nodes,
         )  # fmt: skip
-        at = np.empty(n, np.int64)
-        for lo in range(0, n, _PROBE_CHUNK):  # chunked: ids_at's temporaries stay small
-            hi = min(lo + _PROBE_CHUNK, n)
-            at[lo:hi] = probe.ids_at(np.arange(lo, hi, dtype=np.int64))
-        del probe
-        perm = refshuffle.get_shuffle(shuffle_algo, units, ncn, seed, epoch, block)
-        assert plan.num_samples == n and (small is None or len(small) == n)
-        # the reference maps its dealt position b to small[perm[b]]; composed in place, one
-        # epoch-long array at a time (no small when every shard is read once: the identity)
-        np.take(perm, at, out=at)
-        del perm
-        if small is not None:
-            np.take(small, at, out=at)
-        del small
-        plan._ref_ids = at
-        return plan
     balanced = sampling_method == "balanced"
     partial_epoch = epoch if balanced else 0
     # the reference re-draws how many samples each shard gives only when shuffling (balanced);
@@ -334,16 +324,103 @@ def plan_epoch(
     return EpochPlan(subs, k, bs, block, ncn, sizes, partition_algo=partition_algo)
 
 
-_PROBE_CHUNK = 1 << 20
-
-
-def _check_reference_scope(algo: str, batching_method: str) -> None:
-    """The reference algorithms are implemented under random batching."""
-    if batching_method != "random":
-        raise ConfigError(
-            f"batching_method={batching_method!r} with shuffle_algo={algo!r} is not supported "
-            f"yet: use batching_method='random' (or shuffle_algo='astream')"
+def _reference_plan(
+    sizes: list[I64],
+    chosen: I64,
+    *,
+    shuffle: bool,
+    algo: str,
+    seed: int,
+    epoch: int,
+    ncn: int,
+    bs: int,
+    block: int,
+    sampling_method: str,
+    granularity: int,
+    partition_algo: str,
+    initial_nodes: int | None,
+) -> EpochPlan:
+    """The reference's epoch: its resampling, its shuffle of the resampled units, its padded
+    index-order layout (see :class:`_ReferencePlan`)."""
+    whole = all(int(c) == int(a.sum()) and bool((a > 0).all()) for a, c in zip(sizes, chosen))
+    balanced = sampling_method == "balanced"
+    if whole:  # every shard read once: the reference's units are the shards, ids the identity
+        units, small = np.concatenate(sizes).astype(np.int64), None
+    else:  # the per-shard counts change per epoch when shuffling balanced; the subsets if balanced
+        units, small = refshuffle.resample(
+            sizes, chosen.tolist(), granularity, seed, epoch, shuffle and balanced, balanced
         )
+    n = int(units.sum())
+    table: I64 | None = None
+    if shuffle:  # int32 while the ids fit
+        table = refshuffle.get_shuffle(algo, units, ncn, seed, epoch, block, compact=True)
+        if small is not None:  # the reference maps its position b to small[perm[b]]
+            table = small[table]
+    else:
+        table = small
+    if table is not None and len(table) and table.dtype != np.int32 and int(table.max()) < 2**31:
+        table = table.astype(np.int32)
+    return _ReferencePlan(
+        table, n, bs, block, ncn, sizes, partition_algo=partition_algo, initial=initial_nodes
+    )
+
+
+def _reference_proportions(
+    streams: list[StreamSpec], sizes: list[I64], chosen: I64, epoch_size: int | None
+) -> NDArray[np.float64]:
+    """Each stream's ``proportion`` as the reference stores it after weighing its streams."""
+    if all(s.proportion is not None for s in streams):
+        p = np.array([s.proportion for s in streams], np.float64)
+        out: NDArray[np.float64] = p / p.sum()
+        return out
+    unweighted = all(s.repeat is None and s.choose is None for s in streams)
+    if unweighted and epoch_size:
+        n = np.array([int(a.sum()) for a in sizes], np.int64).astype(np.float64)
+        share: NDArray[np.float64] = n / n.sum()
+        return share
+    c = np.asarray(chosen, np.int64)
+    chosen_share: NDArray[np.float64] = c / c.sum()
+    return chosen_share
+
+
+def _reference_work_plan(
+    streams: list[StreamSpec],
+    sizes: list[I64],
+    chosen: I64,
+    epoch_size: int | None,
+    *,
+    method: str,
+    shuffle: bool,
+    algo: str,
+    seed: int,
+    epoch: int,
+    ncn: int,
+    bs: int,
+    block: int,
+    sampling_method: str,
+    granularity: int,
+    partition_algo: str,
+    global_batch_size: int | None,
+    initial_nodes: int | None,
+) -> EpochPlan:
+    """The reference's per-stream batching: each stream resampled on its own (the reference's
+    ``resample_streams(epoch, stream_id)``), dealt per World by :class:`_ReferenceWorkPlan`."""
+    balanced = sampling_method == "balanced"
+    offset = 0
+    per_stream = []
+    for a, c in zip(sizes, chosen.tolist()):
+        units, small = refshuffle.resample(
+            [a], [int(c)], granularity, seed, epoch, shuffle and balanced, balanced
+        )
+        per_stream.append((units, small + offset))
+        offset += int(a.sum())
+    args = dict(
+        shuffle=shuffle, algo=algo, seed=seed, epoch=epoch, block=block, ncn=ncn, bs=bs,
+        epoch_seed_change=shuffle and balanced, partition_algo=partition_algo,
+        initial_nodes=initial_nodes,
+    )  # fmt: skip
+    props = _reference_proportions(streams, sizes, chosen, epoch_size)
+    return _ReferenceWorkPlan(method, per_stream, props, args, sizes, global_batch_size)
 
 
 def _check_full_batches(full: I64, chosen: I64, what: str) -> None:
@@ -434,9 +511,6 @@ def _stratum_counts(stratum: int, weights: NDArray[np.float64], chosen: I64) -> 
 class EpochPlan:
     """The planned global sequence of one epoch, and how it is dealt (see module docstring)."""
 
-    # position -> sample id under a reference shuffle_algo (see plan_epoch)
-    _ref_ids: I64 | None = None
-
     def __init__(
         self,
         subs: list[SubPlan],
@@ -475,14 +549,6 @@ class EpochPlan:
         return self.ids_at(np.arange(start, stop, dtype=np.int64))
 
     def ids_at(self, pos: I64) -> I64:
-        """Ids at global positions; under a reference shuffle_algo, read from the table
-        plan_epoch built from the reference's resampling and shuffle."""
-        if self._ref_ids is None:
-            return self._index_ids_at(pos)
-        n = self.num_samples
-        return self._ref_ids[np.where(pos >= n, (pos - n) % n, pos)]
-
-    def _index_ids_at(self, pos: I64) -> I64:
         """Ids at global positions (a position ``p >= N`` reads ``G[(p - N) mod N]``; dealing
         never asks for one: its padding reads real positions, see ``rank_positions``)."""
         n = self.num_samples
@@ -531,15 +597,10 @@ class EpochPlan:
         """(ranks, units per rank from ``start``): samples, or device batches for
         device_per_stream. Every rank gets the same count (see "Padding")."""
         check_positive_int("start", start, minimum=0)
-        n = self.num_samples
+        self._check_world(world)
+        first, n = self._span(world, start)
         if start > n:
             raise ConfigError(f"start={start} is past the epoch's {n} samples")
-        ncn, p = self.num_canonical_nodes, world.num_nodes
-        if self.partition_algo == "orig" and ncn % p and p % ncn:
-            raise ConfigError(
-                f"num_canonical_nodes={ncn} is incompatible with num_nodes={p}: one must divide "
-                "the other (partition_algo='orig'; 'relaxed' accepts any num_nodes)"
-            )
         r = world.num_ranks
         gb = self.batch_size * r
         if self.batching_method == "per_stream":
@@ -561,7 +622,19 @@ class EpochPlan:
                     f"whole device batch (a multiple of batch_size={self.batch_size})"
                 )
             return r, -(-((n - start) // self.batch_size) // r)
-        return r, -(-(n - start) // r)
+        return r, -(-(n - first) // r)
+
+    def _check_world(self, world: World) -> None:
+        ncn, p = self.num_canonical_nodes, world.num_nodes
+        if self.partition_algo == "orig" and ncn % p and p % ncn:
+            raise ConfigError(
+                f"num_canonical_nodes={ncn} is incompatible with num_nodes={p}: one must divide "
+                "the other (partition_algo='orig'; 'relaxed' accepts any num_nodes)"
+            )
+
+    def _span(self, world: World, start: int) -> tuple[int, int]:
+        """(first dealt position, positions in the epoch) on ``world`` resuming at ``start``."""
+        return start, self.num_samples
 
     def padded_num_samples(self, world: World, start: int = 0) -> int:
         """Samples dealt to all ranks together from ``start`` on, padding included."""
@@ -597,7 +670,8 @@ class EpochPlan:
         r = world.num_ranks
         node, local = divmod(rank, world.ranks_per_node)
         slot = node + world.num_nodes * local
-        bs, n = self.batch_size, self.num_samples
+        bs = self.batch_size
+        first, n = self._span(world, start)
         if self.batching_method == "device_per_stream":
             first, total = start // bs, n // bs
             out = []
@@ -609,11 +683,11 @@ class EpochPlan:
             return out
         b = np.asarray(batches, dtype=np.int64)
         i = b[:, None] * bs + np.arange(bs, dtype=np.int64)[None, :]
-        pos: I64 = start + i * r + slot
+        pos: I64 = first + i * r + slot
         if len(b) and b[-1] == (c - 1) // bs:  # the rank's last batch: partial, maybe a pad
             last = pos[-1, : c - b[-1] * bs].copy()
             if len(last) and last[-1] >= n:
-                last[-1] = self._pad_source(world, slot, start, c)
+                last[-1] = self._pad_source(world, slot, first, c)
             return [*pos[:-1], last]
         return list(pos)
 
@@ -627,7 +701,7 @@ class EpochPlan:
         than ``2 * rpn - 1``.
         """
         pn, rpn = world.num_nodes, world.ranks_per_node
-        m = self.num_samples - start
+        m = self._span(world, start)[1] - start
         node, local = slot % pn, slot // pn
         length = max(0, -(-(m - node) // pn))  # the node's remaining samples
         if length == 0:  # fewer remaining samples than nodes: any real one
@@ -661,3 +735,302 @@ class EpochPlan:
             for part in parts:
                 yield ids[at : at + len(part)]
                 at += len(part)
+
+
+class _ReferencePlan(EpochPlan):
+    """The reference's epoch under one of its algorithms: dealt exactly as 0.13.0 deals it.
+
+    The epoch is the reference's padded index-order layout (:func:`refshuffle.canonical_index`):
+    ``ncn`` canonical nodes of ``P = ceil(n / ncn)`` positions each (a shorter node repeats its
+    last sample; with fewer canonical than physical nodes ``P`` is widened so each canonical node
+    splits evenly over its physical nodes), interleaved. Position ``q`` holds
+    ``table[canonical_index(q)]`` (``table``: the reference's shuffle composed with its
+    resampling; ``None`` is the identity). A resume position is rounded down to a multiple of
+    ``num_nodes``, as the reference's ``drop_first``; then the dealing (rank slots, the ranks'
+    padding, workers) is :class:`EpochPlan`'s, which is the reference's.
+
+    ``num_samples`` is the padded epoch for up to ``ncn`` physical nodes. With more, the epoch
+    is longer; the plan then reads positions in the layout of the World it last dealt to.
+    """
+
+    def __init__(
+        self,
+        table: I64 | None,
+        n: int,
+        batch_size: int,
+        block_size: int,
+        ncn: int,
+        sizes: list[I64],
+        *,
+        partition_algo: str,
+        initial: int | None = None,
+    ) -> None:
+        self._table = table
+        self._n = n
+        self._initial = initial
+        self._redealer: _RedealPlan | None = None
+        self._redealing = False  # the World last dealt to gets the re-deal (see _redeal)
+        self._nodes = 1  # physical nodes of the layout ids_at reads (see the class docstring)
+        self._shard_ends = np.cumsum(np.concatenate(sizes)).astype(np.int64)
+        self.batch_size = batch_size
+        self.block_size = block_size
+        self.num_canonical_nodes = ncn
+        self.partition_algo = partition_algo
+        self.batching_method = "random"
+        self._unit = 1
+        self._chunks = None
+        self._strata = None
+        self._subs = []
+        self.num_samples = self._total(1)
+
+    def _total(self, num_nodes: int) -> int:
+        width = refshuffle.canonical_layout(self._n, self.num_canonical_nodes, num_nodes)[0]
+        return self.num_canonical_nodes * width
+
+    def _check_world(self, world: World) -> None:
+        ncn, p = self.num_canonical_nodes, world.num_nodes
+        if ncn % p and p % ncn:
+            raise ConfigError(
+                f"num_canonical_nodes={ncn} is incompatible with num_nodes={p}: one must divide "
+                f"the other under a reference shuffle_algo (as mosaicml-streaming's "
+                f"{self.partition_algo!r} partition of a fresh epoch; resuming, 'relaxed' "
+                "re-deals the initial World's order when given initial_physical_nodes)"
+            )
+        self._redealing = False
+        if p > ncn:
+            self._nodes = p
+
+    def _redeal(self, world: World) -> _RedealPlan | None:
+        """The re-deal when the reference's "relaxed" partition re-deals (resuming on a World
+        whose nodes and canonical nodes do not divide one another), else None."""
+        ncn, p = self.num_canonical_nodes, world.num_nodes
+        if not (ncn % p and p % ncn) or self.partition_algo != "relaxed" or self._initial is None:
+            return None
+        if self._redealer is None:
+            self._redealer = _RedealPlan(self, self._initial)
+        self._redealing = True
+        return self._redealer
+
+    def worker_batches(
+        self, world: World, global_rank: int, worker: int, start: int = 0
+    ) -> Iterator[I64]:
+        r = self._redeal(world)
+        if r is not None:
+            return r.worker_batches(world, global_rank, worker, start)
+        return super().worker_batches(world, global_rank, worker, start)
+
+    def rank_num_samples(self, world: World, global_rank: int, start: int = 0) -> int:
+        r = self._redeal(world)
+        if r is not None:
+            return r.rank_num_samples(world, global_rank, start)
+        return super().rank_num_samples(world, global_rank, start)
+
+    def padded_num_samples(self, world: World, start: int = 0) -> int:
+        r = self._redeal(world)
+        if r is not None:
+            return r.padded_num_samples(world, start)
+        return super().padded_num_samples(world, start)
+
+    def rank_positions(self, world: World, global_rank: int, batch: int, start: int = 0) -> I64:
+        r = self._redeal(world)
+        if r is not None:
+            return r.rank_positions(world, global_rank, batch, start)
+        return super().rank_positions(world, global_rank, batch, start)
+
+    def _span(self, world: World, start: int) -> tuple[int, int]:
+        return start - start % world.num_nodes, self._total(world.num_nodes)
+
+    def ids_at(self, pos: I64) -> I64:
+        if self._redealing and self._redealer is not None:
+            return self._redealer.ids_at(pos)
+        n = self._total(self._nodes)
+        pos = np.asarray(pos, np.int64)
+        pos = np.where(pos >= n, (pos - n) % n, pos)
+        try:
+            idx = refshuffle.canonical_index(self._n, self.num_canonical_nodes, self._nodes, pos)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return idx if self._table is None else self._table[idx].astype(np.int64)
+
+    def locality_bound(self) -> int:
+        return len(self._shard_ends)  # the reference's blocks span any number of shards
+
+
+class _ReferenceWorkPlan(EpochPlan):
+    """The reference's ``stratified``, ``per_stream`` or ``device_per_stream`` batching under
+    one of its algorithms: its whole work array (nodes, ranks, workers, batches, batch) for a
+    World and resume position, built as 0.13.0 builds it (:func:`refshuffle.batching_work`),
+    O(epoch) like the reference's, cached for the latest (World, start).
+
+    Positions are those of the reference's global batch sequence on the World last dealt to
+    (before it, one node of ``global_batch_size / batch_size`` ranks, or one rank): global batch
+    ``j`` is positions ``[j * GB, (j + 1) * GB)``, rank by rank, node-major; a resume position
+    drops the whole global batches before it, as the reference.
+    """
+
+    def __init__(
+        self,
+        method: str,
+        streams: list[tuple[I64, I64]],
+        proportions: NDArray[np.float64],
+        args: dict[str, object],
+        sizes: list[I64],
+        global_batch_size: int | None,
+    ) -> None:
+        self._streams = streams
+        self._props = proportions
+        self._args = args
+        self._shard_ends = np.cumsum(np.concatenate(sizes)).astype(np.int64)
+        self.batch_size = bs = int(args["bs"])  # type: ignore[call-overload]
+        self.block_size = int(args["block"])  # type: ignore[call-overload]
+        self.num_canonical_nodes = int(args["ncn"])  # type: ignore[call-overload]
+        self.partition_algo = str(args["partition_algo"])
+        self.batching_method = method
+        self._gbs = global_batch_size
+        if global_batch_size is not None:
+            check_positive_int("global_batch_size", global_batch_size)
+        ranks = global_batch_size // bs if global_batch_size and global_batch_size % bs == 0 else 1
+        self._world = World(1, ranks, 1)
+        self._cache: dict[tuple[int, int, int, int], I64] = {}
+        self._work(self._world, 0)  # the reference's errors (a stream too small...) up front
+
+    def _work(self, world: World, start: int) -> I64:
+        key = (world.num_nodes, world.ranks_per_node, world.workers_per_rank, start)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        try:
+            work = refshuffle.batching_work(
+                self.batching_method, self._streams, self._props,
+                pn=world.num_nodes, rpn=world.ranks_per_node, workers=world.workers_per_rank,
+                start=start, **self._args,  # type: ignore[arg-type]
+            )  # fmt: skip
+        except ValueError as exc:
+            raise ConfigError(f"batching_method={self.batching_method!r}: {exc}") from None
+        self._cache = {key: work}
+        return work
+
+    def _flat(self) -> I64:
+        """The reference's global batch sequence (from the epoch's start) on the last World."""
+        w = self._world
+        work = self._work(World(w.num_nodes, w.ranks_per_node, 1), 0)
+        flat: I64 = work.transpose(3, 2, 0, 1, 4).ravel()
+        return flat
+
+    @property
+    def num_samples(self) -> int:  # type: ignore[override]
+        """Positions up to the last global batch holding a sample (the reference's epoch)."""
+        flat = self._flat()
+        gbs = self.batch_size * self._world.num_ranks
+        real = np.flatnonzero(flat >= 0)
+        return 0 if not len(real) else (int(real[-1]) // gbs + 1) * gbs
+
+    def ids_at(self, pos: I64) -> I64:
+        flat = self._flat()
+        pos = np.asarray(pos, np.int64)
+        out: I64 = flat[pos % len(flat)] if len(flat) else np.full_like(pos, -1)
+        return out
+
+    def locality_bound(self) -> int:
+        return len(self._shard_ends)
+
+    def _deal(self, world: World, start: int) -> tuple[int, int]:
+        check_positive_int("start", start, minimum=0)
+        gbs = self.batch_size * world.num_ranks
+        if self._gbs is not None and self._gbs != gbs:
+            raise ConfigError(
+                f"global_batch_size={self._gbs} differs from batch_size x ranks = {gbs}: the "
+                f"reference's {self.batching_method!r} batching takes its global batch from "
+                "the World"
+            )
+        self._world = world
+        work = self._work(world, start)
+        return world.num_ranks, int(work.shape[3])
+
+    def _rank_rows(self, world: World, rank: int, start: int) -> tuple[I64, I64]:
+        """(rows, their positions) of ``rank``'s batches in order, -1 kept."""
+        self._deal(world, start)
+        work = self._work(world, start)
+        node, local = divmod(rank, world.ranks_per_node)
+        w, b = world.workers_per_rank, work.shape[3]
+        rows = work[node, local].transpose(1, 0, 2).reshape(w * b, -1)  # batch j = b * W + w
+        gbs = self.batch_size * world.num_ranks
+        j = np.arange(w * b, dtype=np.int64)
+        base = (start // gbs + j) * gbs + rank * self.batch_size
+        pos = base[:, None] + np.arange(self.batch_size, dtype=np.int64)[None, :]
+        return rows, pos
+
+    def rank_num_samples(self, world: World, global_rank: int, start: int = 0) -> int:
+        world.check_rank(global_rank)
+        rows, _ = self._rank_rows(world, global_rank, start)
+        return int(np.count_nonzero(rows >= 0))
+
+    def padded_num_samples(self, world: World, start: int = 0) -> int:
+        self._deal(world, start)
+        return int(np.count_nonzero(self._work(world, start) >= 0))
+
+    def _rank_batches(self, world: World, start: int) -> int:
+        rows, _ = self._rank_rows(world, 0, start)
+        return len(rows)
+
+    def rank_positions(self, world: World, global_rank: int, batch: int, start: int = 0) -> I64:
+        world.check_rank(global_rank)
+        rows, pos = self._rank_rows(world, global_rank, start)
+        out: I64 = pos[batch][rows[batch] >= 0]
+        return out
+
+    def worker_batches(
+        self, world: World, global_rank: int, worker: int, start: int = 0
+    ) -> Iterator[I64]:
+        world.check_rank(global_rank)
+        world.check_worker(worker)
+        self._deal(world, start)
+        node, local = divmod(global_rank, world.ranks_per_node)
+        rows = self._work(world, start)[node, local, worker]
+
+        def gen() -> Iterator[I64]:
+            for row in rows:
+                real = row[row >= 0]
+                if len(real):
+                    yield real
+
+        return gen()
+
+
+class _RedealPlan(_ReferenceWorkPlan):
+    """The reference's "relaxed" re-deal: resuming on a World whose nodes and canonical nodes
+    do not divide one another, it partitions for the initial node count with the per-device
+    batch that keeps the global batch, and hands the global batches, in order, to the new
+    World's ranks (:func:`refshuffle.partition`), mapped through the epoch's table."""
+
+    def __init__(self, base: _ReferencePlan, initial: int) -> None:
+        self._base = base
+        self._initial = initial
+        self._shard_ends = base._shard_ends
+        self.batch_size = base.batch_size
+        self.block_size = base.block_size
+        self.num_canonical_nodes = base.num_canonical_nodes
+        self.partition_algo = base.partition_algo
+        self.batching_method = "random"
+        self._gbs = None
+        self._world = World(1, 1, 1)
+        self._cache: dict[tuple[int, int, int, int], I64] = {}
+
+    def _work(self, world: World, start: int) -> I64:
+        key = (world.num_nodes, world.ranks_per_node, world.workers_per_rank, start)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        base = self._base
+        try:
+            idx = refshuffle.partition(
+                "relaxed", base._n, self.num_canonical_nodes, world.num_nodes,
+                world.ranks_per_node, world.workers_per_rank, self.batch_size, start,
+                self._initial,
+            )  # fmt: skip
+        except ValueError as exc:
+            raise ConfigError(f"partition_algo='relaxed': {exc}") from None
+        table = base._table
+        work = idx if table is None else np.where(idx >= 0, table[np.maximum(idx, 0)], -1)
+        self._cache = {key: work.astype(np.int64, copy=False)}
+        return self._cache[key]

@@ -45,6 +45,8 @@ from numpy.typing import NDArray
 
 __all__ = [
     "REFERENCE_ALGOS",
+    "canonical_index",
+    "canonical_layout",
     "default_block_size",
     "default_num_canonical_nodes",
     "divide_spans",
@@ -65,6 +67,53 @@ def default_num_canonical_nodes(algo: str, num_physical_nodes: int) -> int:
 def default_block_size(num_canonical_nodes: int) -> int:
     """The reference's ``shuffle_block_size`` when left unset."""
     return max(4_000_000 // num_canonical_nodes, 1 << 18)
+
+
+def canonical_layout(num_samples: int, ncn: int, num_nodes: int) -> tuple[int, int, int]:
+    """(samples per canonical node ``P``, of which real ``L``, node ratio) of the reference's
+    index-order layout: ``ncn`` rows of ``L = ceil(n / ncn)`` positions, widened to ``P`` (a
+    multiple of ``num_nodes // ncn``) when there are fewer canonical than physical nodes, so
+    each canonical node splits evenly over its physical nodes. The epoch is ``ncn * P``."""
+    length = -(-num_samples // ncn)
+    ratio = num_nodes // ncn if ncn < num_nodes else 0
+    pad = (-length) % ratio if ratio else 0
+    return length + pad, length, ratio
+
+
+def canonical_index(num_samples: int, ncn: int, num_nodes: int, q: I64) -> I64:
+    """Index-order position dealt at position ``q`` of the reference's padded epoch.
+
+    Row ``c`` (canonical node) starts at ``c * n // ncn``; position ``q`` is column
+    ``q // ncn`` of row ``q % ncn``. A row shorter than ``L`` repeats its last sample in column
+    ``L - 1``; columns ``L..P-1`` repeat columns ``L - P + L - ratio + 1 ...`` (a few back); with
+    fewer samples than rows (or as many, and fewer rows than nodes) the rows tile ``0..n-1``.
+    """
+    n = num_samples
+    width, length, ratio = canonical_layout(n, ncn, num_nodes)
+    q = np.asarray(q, np.int64)
+    c, t = q % ncn, q // ncn
+    if not (n > ncn or (n == ncn and ncn >= num_nodes)):
+        out: I64 = (c * width + t) % n
+        return out
+    pad = width - length
+    if pad:
+        back = length - pad - ratio + 1  # the first column the padding repeats
+        if back < 0:
+            raise ValueError(
+                f"the reference cannot pad {n} samples over {ncn} canonical nodes for "
+                f"{num_nodes} physical nodes (too few samples per canonical node)"
+            )
+        t = np.where(t >= length, t - length + back, t)
+    starts = c * n // ncn
+    short = ((c + 1) * n // ncn - starts) < length
+    index: I64 = starts + t - ((t == length - 1) & short)
+    return index
+
+
+def _ids_dtype(total: int) -> type[np.signedinteger]:
+    """int32 ids while they fit: half the memory of the reference's int64 (same draws: numpy's
+    ``shuffle`` of a 1-D array draws by its length only, whatever its item size)."""
+    return np.int32 if total < 2**31 else np.int64
 
 
 def _shard_spans(shard_sizes: NDArray[np.int64]) -> tuple[Spans, int]:
@@ -132,7 +181,7 @@ def _shuffled_spans(
     spans, groups, total = _run_order(sizes, ncn, seed)
     rng = np.random.default_rng(seed + epoch)
     spans = _shuffle_within_groups(spans, groups, rng)
-    return spans, groups, rng, np.empty(total, np.int64)
+    return spans, groups, rng, np.empty(total, _ids_dtype(total))
 
 
 def _py1s(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
@@ -152,8 +201,9 @@ def _py2s(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
     perm = np.arange(len(sizes))
     run.shuffle(perm)
     shards = []
+    dtype = _ids_dtype(int(ends[-1]) if len(ends) else 0)
     for j in perm:
-        samples = np.arange(ends[j] - sizes[j], ends[j])
+        samples = np.arange(ends[j] - sizes[j], ends[j], dtype=dtype)
         shards.append(samples)
     for samples in shards:
         run.shuffle(samples)
@@ -227,10 +277,10 @@ def _py1e(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
                 f"a canonical node got 0 samples: the stream has fewer samples than "
                 f"num_canonical_nodes={ncn}"
             )
-        samples = np.empty(n, np.int64)
+        samples = np.empty(n, ids.dtype)
         put = 0
         for lo, hi in mine:
-            chunk = np.arange(lo, hi)
+            chunk = np.arange(lo, hi, dtype=ids.dtype)
             rng.shuffle(chunk)
             samples[put : put + hi - lo] = chunk
             put += hi - lo
@@ -259,7 +309,9 @@ def _py1e(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
 
 def _naive(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
     total = int(np.asarray(sizes, np.int64).sum())
-    return np.random.default_rng(seed + epoch).permutation(total)
+    ids = np.arange(total, dtype=_ids_dtype(total))  # what permutation(total) shuffles
+    np.random.default_rng(seed + epoch).shuffle(ids)
+    return ids
 
 
 REFERENCE_ALGOS: dict[str, Callable[..., NDArray[np.int64]]] = {
@@ -304,11 +356,15 @@ def resample(
     seed: int,
     epoch: int,
     use_epoch: bool,
+    balanced: bool | None = None,
 ) -> tuple[I64, I64]:
     """The reference's shuffle units (per shard: full copies, then the partial one) and the
     sample id of every index-order position (full copies in order, then a sorted random subset
-    drawn from ``default_rng(seed [+ epoch])``), over all streams."""
-    rng = np.random.default_rng(seed + epoch if use_epoch else seed)
+    drawn from ``default_rng(seed [+ epoch])``), over all streams. ``use_epoch``: the per-shard
+    counts change per epoch (shuffle and balanced); ``balanced``: the subsets do (default:
+    ``use_epoch``)."""
+    balanced = use_epoch if balanced is None else balanced
+    rng = np.random.default_rng(seed + epoch if balanced else seed)
     units: list[int] = []
     ids: list[I64] = []
     offset = 0
@@ -332,11 +388,232 @@ def get_shuffle(
     seed: int,
     epoch: int,
     block_size: int = 1 << 18,
+    *,
+    compact: bool = False,
 ) -> I64:
-    """The reference's global sample order of one epoch (position -> sample id)."""
+    """The reference's global sample order of one epoch (position -> sample id); int64 as the
+    reference's, or with ``compact`` int32 when the ids fit (half the memory)."""
     try:
         fn = REFERENCE_ALGOS[algo]
     except KeyError:
         raise ValueError(f"shuffle_algo={algo!r} is not an algorithm of the reference") from None
     sizes = np.asarray(shard_sizes, np.int64)
-    return np.asarray(fn(sizes, num_canonical_nodes, seed, epoch, block_size), np.int64)
+    ids = fn(sizes, num_canonical_nodes, seed, epoch, block_size)
+    return ids if compact else np.asarray(ids, np.int64)
+
+
+# -- the reference's partition and per-stream batching, as whole arrays --------------------------
+# Used for batching_method stratified / per_stream / device_per_stream under a reference
+# algorithm: each returns the reference's "work" array (physical nodes, ranks per node, workers
+# per rank, batches per worker, batch size) of global sample ids, -1 where there is none.
+
+
+def partition_orig(n: int, ncn: int, pn: int, rpn: int, workers: int, bs: int, drop: int) -> I64:
+    """Index-order positions dealt to every (node, rank, worker, batch, slot), -1 fillers."""
+    if (ncn < pn and pn % ncn) or (pn < ncn and ncn % pn):
+        raise ValueError(f"num_canonical_nodes={ncn} and num_nodes={pn}: one must divide the other")
+    drop -= drop % pn
+    width = canonical_layout(n, ncn, pn)[0]
+    total = ncn * width
+    flat = canonical_index(n, ncn, pn, np.arange(min(drop, total), total, dtype=np.int64))
+    ids = flat.reshape(-1, pn).T  # (nodes, samples per node)
+    length = ids.shape[1]
+    over = length % rpn
+    if over:
+        short = rpn - over
+        if rpn + short - 1 <= length:
+            extra = ids[:, length - rpn - short + 1 : length - rpn + 1]
+        else:
+            extra = np.concatenate([np.tile(ids, short // length), ids[:, : short % length]], 1)
+        ids = np.concatenate([ids, extra], 1)
+    ranks: I64 = ids.reshape(pn, -1, rpn)
+    per_rank = ranks.shape[1]
+    rounded = -(-per_rank // (workers * bs)) * (workers * bs)
+    if rounded > per_rank:
+        ranks = np.concatenate([ranks, np.full((pn, rounded - per_rank, rpn), -1, np.int64)], 1)
+    dealt = ranks.transpose(0, 2, 1).reshape(pn, rpn, -1, workers, bs)
+    out: I64 = dealt.transpose(0, 1, 3, 2, 4)
+    return out
+
+
+def partition(
+    algo: str,
+    n: int,
+    ncn: int,
+    pn: int,
+    rpn: int,
+    workers: int,
+    bs: int,
+    drop: int = 0,
+    initial_nodes: int | None = None,
+) -> I64:
+    """The reference's ``get_partitions`` (``orig``, or ``relaxed``: re-deals the initial
+    World's partition when resuming on a World whose nodes do not divide the canonical ones)."""
+    devices = pn * rpn
+    if n + (devices - n % devices) < drop:
+        raise ValueError(f"resuming at {drop}, past the epoch's {n} samples")
+    if algo == "orig":
+        return partition_orig(n, ncn, pn, rpn, workers, bs, drop)
+    if initial_nodes is None or (pn <= ncn and ncn % pn == 0) or (pn > ncn and pn % ncn == 0):
+        return partition_orig(n, ncn, pn, rpn, workers, bs, drop)
+    gbs = pn * rpn * bs
+    if gbs % (initial_nodes * rpn):
+        raise ValueError(
+            f"global batch {gbs} is not a multiple of the initial {initial_nodes * rpn} ranks"
+        )
+    first = partition_orig(n, ncn, initial_nodes, rpn, workers, gbs // (initial_nodes * rpn), drop)
+    flat = first.transpose(3, 2, 0, 1, 4).ravel()
+    out: I64 = flat.reshape(-1, workers, pn, rpn, bs).transpose(2, 3, 1, 0, 4)
+    return out
+
+
+def _stream_ids(
+    part: I64, units: I64, small: I64, shuffle: bool, algo: str, ncn: int, seed: int,
+    epoch: int, block: int,
+) -> I64:  # fmt: skip
+    """A stream's partition of index positions mapped through its shuffle and resampling."""
+    if shuffle:
+        perm = get_shuffle(algo, units, ncn, seed, epoch, block)
+        part = np.where(part != -1, perm[part], -1)
+    out: I64 = np.where(part != -1, small[part], -1)
+    return out
+
+
+def _stream_order(counts: list[int], seed: int) -> I64:
+    """Indices into the streams' concatenated batches, in the reference's drawn stream order."""
+    origins = np.concatenate([np.full(c, i) for i, c in enumerate(counts)])
+    np.random.default_rng(seed).shuffle(origins)
+    index = np.zeros(origins.shape[0], np.int64)
+    offset = 0
+    for i, c in enumerate(counts):
+        index[origins == i] += offset + np.arange(c)
+        offset += c
+    return index
+
+
+def _finish(batches: I64, start: int, gbs: int, pn: int, rpn: int, workers: int, bs: int) -> I64:
+    """Drop the global batches before ``start``, pad whole -1 batches, deal as the reference."""
+    batches = batches.reshape(-1, gbs)[start // gbs :]
+    need = pn * rpn * workers * bs
+    if batches.size % need:
+        pad = (need - batches.size % need) // gbs
+        batches = np.concatenate([batches, np.full((pad, gbs), -1, np.int64)])
+    out: I64 = batches.reshape(-1, workers, pn, rpn, bs).transpose(2, 3, 1, 0, 4)
+    return out
+
+
+def batching_work(
+    method: str,
+    streams: Sequence[tuple[I64, I64]],
+    proportions: NDArray[np.float64],
+    *,
+    shuffle: bool,
+    algo: str,
+    seed: int,
+    epoch: int,
+    block: int,
+    ncn: int,
+    pn: int,
+    rpn: int,
+    workers: int,
+    bs: int,
+    start: int,
+    epoch_seed_change: bool,
+    partition_algo: str = "relaxed",
+    initial_nodes: int | None = None,
+) -> I64:
+    """The reference's ``generate_work_{stratified,per_stream,device_per_stream}_batching``.
+
+    ``streams``: per stream, its shuffle units and the global sample id of each of its
+    index-order positions (the reference's ``resample_streams(epoch, stream_id)``);
+    ``proportions``: each stream's share of the epoch as the reference stores it
+    (``Stream.proportion`` after ``apply_weights``). Raises ``ValueError`` where the reference
+    raises.
+    """
+    gbs = bs * rpn * pn
+    seed_order = seed + epoch if epoch_seed_change else seed
+    parts = []
+    for s, (units, small) in enumerate(streams):
+        n = len(small)
+        portion_block = int(block * proportions[s])
+        if method == "stratified":
+            part = partition(partition_algo, n, ncn, 1, rpn, workers, 1, 0, initial_nodes)
+        elif method == "per_stream":
+            part = partition(partition_algo, n, ncn, pn, rpn, workers, bs, 0, initial_nodes)
+        else:
+            if ncn % pn:
+                raise ValueError(
+                    f"device_per_stream needs num_canonical_nodes ({ncn}) divisible by the "
+                    f"physical nodes ({pn})"
+                )
+            part = partition(partition_algo, n, ncn, ncn, rpn, workers, 1, 0, initial_nodes)
+            if shuffle and portion_block == 0:
+                raise ValueError(
+                    f"streams[{s}]: shuffle_block_size={block} x its proportion "
+                    f"{float(proportions[s])} rounds to a block of 0 samples"
+                )
+        parts.append(
+            _stream_ids(part, units, small, shuffle, algo, ncn, seed, epoch, portion_block)
+        )
+    if method == "stratified":
+        portions = np.array([int(p * gbs) for p in proportions], np.int64)
+        if portions.sum() != gbs:
+            missing = gbs - int(portions.sum())
+            left = gbs * np.array(proportions) - portions
+            portions[np.flip(np.argsort(left))[:missing]] += 1
+        for s, k in enumerate(portions.tolist()):
+            if k <= 0:
+                raise ValueError(
+                    f"streams[{s}]: its share of a global batch of {gbs} samples is {k}"
+                )
+        rows = []
+        for part, k in zip(parts, portions.tolist()):
+            flat = part.transpose(3, 2, 0, 1, 4).ravel()
+            if flat.size % k:
+                flat = np.concatenate([flat, np.full(k - flat.size % k, -1, np.int64)])
+            rows.append(flat.reshape(-1, k))
+        full = min(int(np.count_nonzero(r.min(axis=1) >= 0)) for r in rows)
+        batches = np.concatenate([r[:full] for r in rows], axis=1)
+        return _finish(batches, start, gbs, pn, rpn, workers, bs)
+    if method == "per_stream":
+        chunks, counts = [], []
+        for s, part in enumerate(parts):
+            inorder = part.transpose(3, 2, 0, 1, 4).reshape(-1, gbs)
+            full = int(np.count_nonzero(inorder.min(axis=1) >= 0))
+            if full == 0:
+                raise ValueError(f"streams[{s}] does not fill one global batch of {gbs}")
+            counts.append(full)
+            chunks.append(inorder[:full])
+        batches = np.concatenate(chunks)[_stream_order(counts, seed_order)]
+        return _finish(batches, start, gbs, pn, rpn, workers, bs)
+    per_node = ncn // pn
+    node_batches, node_counts = [], []
+    for node in range(pn):
+        mine, counts = [], []
+        for s, part in enumerate(parts):
+            flat = part[node * per_node : (node + 1) * per_node].transpose(3, 2, 0, 1, 4).ravel()
+            flat = np.concatenate([flat, np.full(bs - flat.size % bs, -1, np.int64)])
+            cut = flat.reshape(-1, bs)
+            full = int(np.count_nonzero(cut.min(axis=1) >= 0))
+            if full == 0:
+                raise ValueError(f"streams[{s}] does not fill one device batch of {bs}")
+            counts.append(full)
+            mine.append(cut[:full])
+        node_batches.append(np.concatenate(mine))
+        node_counts.append(counts)
+    most = max(len(b) for b in node_batches)
+    most += rpn * pn - most % (rpn * pn)
+    rng = np.random.default_rng(seed_order)
+    for node in range(pn):
+        counts = node_counts[node]
+        origins = np.concatenate([np.full(c, i) for i, c in enumerate(counts)])
+        rng.shuffle(origins)
+        index = np.zeros(origins.shape[0], np.int64)
+        offset = 0
+        for i, c in enumerate(counts):
+            index[origins == i] += offset + np.arange(c)
+            offset += c
+        b = node_batches[node][index]
+        node_batches[node] = np.concatenate([b, np.full((most - len(b), bs), -1, np.int64)])
+    batches = np.stack(node_batches, axis=1).reshape(-1, bs)
+    return _finish(batches, start, gbs, pn, rpn, workers, bs)

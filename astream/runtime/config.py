@@ -140,6 +140,10 @@ class DatasetConfig:
     shuffle_block_size: int | None
     batching_method: str
     replication: int | None
+    # a reference shuffle_algo resumed from a checkpoint: the node count the run started on
+    # (the reference's "relaxed" partition re-deals that World's order on a World whose nodes
+    # and canonical nodes do not divide one another); set by load_state_dict
+    initial_physical_nodes: int | None = None
 
     @classmethod
     def build(cls, **kw: Any) -> DatasetConfig:
@@ -195,13 +199,16 @@ class DatasetConfig:
             "sampling_granularity", kw["sampling_granularity"], 1, MAX_GRANULARITY
         )
         if kw["num_canonical_nodes"] is None:
-            if kw["shuffle"] and kw["shuffle_algo"] != "astream":
-                raise ConfigError(
-                    f"num_canonical_nodes: must be set with shuffle_algo="
-                    f"{kw['shuffle_algo']!r} (the reference's default depends on the physical "
-                    f"node count: pass the value your reference run used)"
-                )
-            kw["num_canonical_nodes"] = DEFAULT_NUM_CANONICAL_NODES
+            if kw["shuffle_algo"] != "astream":
+                # the reference's default, from this (the initial) World: 64 x physical nodes
+                # for py1s/py2s, the physical nodes otherwise; the checkpoint keeps it
+                from astream.core.refshuffle import default_num_canonical_nodes
+                from astream.placement import detect
+
+                nodes = detect(kw["replication"]).world.num_nodes
+                kw["num_canonical_nodes"] = default_num_canonical_nodes(kw["shuffle_algo"], nodes)
+            else:
+                kw["num_canonical_nodes"] = DEFAULT_NUM_CANONICAL_NODES
         kw["num_canonical_nodes"] = _int(
             "num_canonical_nodes", kw["num_canonical_nodes"], 1, MAX_NUM_CANONICAL_NODES
         )
@@ -219,6 +226,7 @@ class DatasetConfig:
             "batch_size": (1, MAX_BATCH_SIZE),
             "num_canonical_nodes": (1, MAX_NUM_CANONICAL_NODES),
             "shuffle_seed": (0, MAX_SHUFFLE_SEED),
+            "initial_physical_nodes": (1, MAX_NUM_CANONICAL_NODES),
         }
         for name, value in list(changes.items()):
             if name in bounds and value is not None:
@@ -242,6 +250,11 @@ class DatasetConfig:
             "sampling_granularity": self.sampling_granularity,
             "batching_method": self.batching_method,
             "partition_algo": self.partition_algo,
+            **(
+                {"initial_physical_nodes": self.initial_physical_nodes}
+                if self.initial_physical_nodes is not None and self.shuffle_algo != "astream"
+                else {}
+            ),
         }
 
 
@@ -661,4 +674,9 @@ def _check_plan(cfg: DatasetConfig, specs: list[StreamSpec]) -> None:
     if cfg.batching_method in ("stratified", "per_stream"):  # as StreamingDataset.plan
         kwargs["global_batch_size"] = cfg.batch_or_1 * place.world.num_ranks
     plan = plan_epoch(specs, epoch=0, **kwargs)
+    ncn, nodes = cfg.num_canonical_nodes, place.world.num_nodes
+    if cfg.shuffle_algo != "astream" and ncn % nodes and nodes % ncn:
+        # a reference algorithm on such a World deals only a checkpoint's re-deal (the
+        # reference's "relaxed" partition): load_state_dict may still come; iterating checks
+        return
     plan.rank_num_samples(place.world, place.rank, 0)

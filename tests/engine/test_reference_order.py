@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from typing import Any
 
 import numpy as np
@@ -72,3 +73,73 @@ def test_reference_checkpoint_resumes_in_the_reference_order(local_dataset: Any)
     rest = list(StreamingDataLoader(ds, batch_size=4, num_workers=2, collate_fn=collate))
     flat = [x for b in whole for x in b]
     assert flat[:40] + [x for b in rest for x in b] == flat
+
+
+@pytest.mark.parametrize("method", ["stratified", "per_stream", "device_per_stream"])
+def test_dataloader_yields_the_reference_batching(tmp_path: Any, method: str) -> None:
+    """Two streams (``choose`` and ``repeat``) under py1e with a per-stream batching method:
+    real DataLoader workers yield the planner's batches (which tests/order/
+    test_reference_batching.py holds equal to mosaicml-streaming 0.13.0's)."""
+    from astream import Stream
+
+    src = os.path.join(os.path.dirname(__file__), "..", "order", "golden", "mosaic", "jobs")
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    shutil.copytree(os.path.join(src, "data"), a)
+    shutil.copytree(os.path.join(src, "data"), b)
+    ds = StreamingDataset(
+        streams=[Stream(local=a, choose=150), Stream(local=b, repeat=0.5)], shuffle=True,
+        shuffle_algo="py1e", shuffle_seed=3, num_canonical_nodes=2, batch_size=4,
+        batching_method=method, shuffle_block_size=40,
+    )  # fmt: skip
+    got = list(
+        StreamingDataLoader(
+            ds, batch_size=4, num_workers=2, collate_fn=lambda s: [int(x["x"]) for x in s]
+        )
+    )
+    plan = ds.plan(0)
+    world = World(1, 1, 2)
+    w0 = [x.tolist() for x in plan.worker_batches(world, 0, 0)]
+    w1 = [x.tolist() for x in plan.worker_batches(world, 0, 1)]
+    want = [q for pair in zip(w0, w1) for q in pair] + w0[len(w1) :] + w1[len(w0) :]
+    assert got == [[i % 203 for i in q] for q in want]  # x is the index inside its stream
+    # stream a gives 150 distinct samples, stream b 101 (its repeat of 0.5), minus what the
+    # method drops to fill whole batches; every batch holds exactly 4
+    assert all(len(q) == 4 for q in got)
+    ids = [i for q in want for i in q]
+    assert (
+        len(set(i for i in ids if i < 203)) <= 150 and len(set(i for i in ids if i >= 203)) <= 101
+    )
+
+
+def test_reference_checkpoint_redeals_on_a_world_that_does_not_divide(
+    local_dataset: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A py1e run started on 2 nodes (2 canonical nodes) resumes on 3 nodes x 2 ranks: the
+    dataset takes the checkpoint's initial_physical_nodes and yields the reference's "relaxed"
+    re-deal (the planner's, which tests/order/test_reference_redeal.py holds equal to 0.13.0's),
+    and its own checkpoint keeps the initial node count, as the reference's does."""
+    monkeypatch.setenv("WORLD_SIZE", "6")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    path = local_dataset[0]
+    ds = StreamingDataset(
+        local=path, batch_size=4, shuffle=True, shuffle_algo="py1e", num_canonical_nodes=2,
+        shuffle_seed=5, shuffle_block_size=300,
+    )  # fmt: skip
+    state = {
+        "epoch": 0,
+        "sample_in_epoch": 72,
+        "num_canonical_nodes": 2,
+        "shuffle_seed": 5,
+        "initial_physical_nodes": 2,
+    }
+    ds.load_state_dict(state)
+    got = [int(s["label"]) for s in ds]
+    plan = plan_epoch(
+        [StreamSpec(shard_sizes(path))], seed=5, epoch=0, num_canonical_nodes=2, batch_size=4,
+        shuffle=True, shuffle_algo="py1e", shuffle_block_size=300, initial_physical_nodes=2,
+    )  # fmt: skip
+    want = [int(x) for b in plan.worker_batches(World(3, 2, 1), 3, 0, 72) for x in b]
+    assert got == want and len(got) > 100
+    assert ds.state_dict(96, True)["initial_physical_nodes"] == 2

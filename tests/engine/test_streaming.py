@@ -101,10 +101,6 @@ def test_len_is_per_rank(local_dataset: Any, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_bad_arguments_are_named(local_dataset: Any, tmp_path: Any) -> None:
-    with pytest.raises(ConfigError, match="num_canonical_nodes: must be set with shuffle_algo"):
-        StreamingDataset(
-            local=local_dataset[0], batch_size=8, shuffle=True, shuffle_algo="py1e"
-        ).plan(0)
     with pytest.raises(ConfigError, match="download_retry must be >= 0"):
         StreamingDataset(local=local_dataset[0], download_retry=-1)
     with pytest.raises(ConfigError, match=r"no index\.json at"):

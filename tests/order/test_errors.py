@@ -24,14 +24,16 @@ def test_py1b_is_refused_as_absent_from_the_reference():
 
 
 @pytest.mark.parametrize("algo", ["py1e", "py1s", "py2s", "py1br", "naive"])
-def test_reference_algorithms_refuse_what_they_do_not_reproduce_yet(algo):
-    with pytest.raises(
-        ConfigError, match=rf"^batching_method='stratified' with shuffle_algo='{algo}'"
-    ):
-        plan_epoch(
-            [spec([30, 30]), spec([20])], seed=0, epoch=0, num_canonical_nodes=1, batch_size=4,
-            shuffle=True, shuffle_algo=algo, batching_method="stratified",
-        )  # fmt: skip
+def test_reference_algorithms_take_every_batching_method(algo):
+    """Exactness is golden-tested (tests/order/test_reference_batching.py); here: a stratified
+    plan under each algorithm deals every global batch with the streams' exact shares."""
+    p = plan_epoch(
+        [spec([30, 30]), spec([20])], seed=0, epoch=0, num_canonical_nodes=1, batch_size=4,
+        shuffle=True, shuffle_algo=algo, batching_method="stratified", shuffle_block_size=10,
+    )  # fmt: skip
+    batches = list(p.worker_batches(World(1, 1, 1), 0, 0))
+    assert len(batches) == 20 and all(len(b) == 4 for b in batches)
+    assert all(int((b >= 60).sum()) == 1 for b in batches)  # 1 of 4 from the 20-sample stream
 
 
 @pytest.mark.parametrize(
