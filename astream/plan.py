@@ -247,7 +247,7 @@ def simulate_index(
         for e in range(epochs):
             plan = plan_epoch(specs, epoch=e, **kwargs)
             if e == 0:
-                quality = _quality(plan, world, quality_samples)
+                quality = _quality(plan, world, quality_samples, int(counts.sum()))
                 used = _pick_model(plan, world, model)
             reads = [_node_reads(plan, world, q, used) for q in range(nodes)]
             keys = [_digest(r) for r in reads]
@@ -541,9 +541,10 @@ def _timeline(
     return first, (stall / total if total > 0 else 0.0)
 
 
-def _quality(plan: Any, world: World, samples: int) -> dict[str, float]:
+def _quality(plan: Any, world: World, samples: int, num_ids: int) -> dict[str, float]:
     """Rank 0's first ``samples`` samples: mean |consecutive id difference| over its
-    expectation for ids drawn uniformly from the epoch (~0: index order, ~1: fully random), and
+    expectation for ids drawn uniformly from the ``num_ids`` ids of the dataset (~0: index
+    order, ~1: fully random), and
     the mean distinct shards per device batch."""
     ids = []
     got = 0
@@ -554,7 +555,7 @@ def _quality(plan: Any, world: World, samples: int) -> dict[str, float]:
             break
     seq = np.concatenate(ids)[:samples] if ids else np.zeros(0, np.int64)
     shards = plan.shard_of(seq)
-    n = int(plan.num_samples)
+    n = num_ids
     spread = float(np.abs(np.diff(seq)).mean() / ((n + 1) / 3)) if len(seq) > 1 else 0.0
     return {
         "index_order": round(spread, 4),
