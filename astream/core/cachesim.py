@@ -2,21 +2,23 @@
 
 Theory of operation
 -------------------
-Input: the (step, shard) pairs a node reads in one epoch (:func:`astream.core.eviction.step_uses`),
+Input: the (tick, shard) pairs a node reads in one epoch (:func:`astream.core.eviction.step_uses`),
 the bytes each shard takes in the cache, ``cache_limit`` and the policy; and the cache as the
 previous epoch left it. The replay walks the pairs in step order, as the runtime's consumers do:
 
 - a shard read while absent is downloaded (its bytes counted) and then room is made, by
   evicting in the order of :func:`astream.core.eviction.victim_key` -- the same rule the
-  runtime applies (``eviction_order``) -- skipping shards read in the current step (the
+  runtime applies (``eviction_order``) -- skipping shards read at the current tick (the
   runtime's pins);
 - next uses are computed within the epoch only, as the runtime's ``NodeFuture`` does, so a
   shard not read again this epoch ties with the rest and goes least recently used first.
 
-**Runs.** A shard read at consecutive steps ``t, t+1, ...`` is one *run*: it stays pinned from
-the run's first step to its last, and only the run's first read is an event. Shuffle blocks
-keep the same few shards busy for many steps, so the replay's work is per run, not per sample
-and not per step.
+Every read is an event (one per rank batch and shard of the batch, so the work is per shard
+*of a batch*, never per sample); a shard is pinned only at the tick it is read.
+
+:class:`RunReplay` is the planner's fast model of the same cache: its input is *runs*
+``(first step, last step, shard)`` (a shard read at every step of a stretch, e.g. a shuffle
+block), one event per run, the shard pinned for the whole run. Work O(runs log runs).
 
 What the runtime does that this does not model: prefetch (bytes are the same, only their
 timing moves), the short overlap of consumers of one step, and waits when every cached shard

@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-canonical-nodes", type=int, default=8)
     ap.add_argument("--cache-limit", default="50gb")
     ap.add_argument("--model", default="auto")
+    ap.add_argument("--shuffles", default="none,astream", help="comma-separated")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     from astream.plan import simulate_index, synthetic_index
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         epochs=a.epochs,
         cache_limit=a.cache_limit,
         cache_policy=("next_use", "lru"),
-        shuffles=("none", "astream"),
+        shuffles=a.shuffles.split(","),
         model=a.model,
         num_canonical_nodes=a.num_canonical_nodes,
         bandwidth_mbps=10_000,
