@@ -51,10 +51,11 @@ from __future__ import annotations
 
 import bisect
 import copy
+import functools
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +94,10 @@ RUNS_OVERCOMMIT = (
     "runs model: cache_limit is below the working set (the shards of the blocks read at once), "
     "so the run will re-download within blocks and these downloads are too low; use "
     "model='exact', a larger cache_limit or a smaller shuffle_block_size"
+)
+EXACT_OVERCOMMIT = (
+    "cache_limit is smaller than the shards read at one moment: the replay went {:,} bytes "
+    "over it (the runtime then waits for room and re-downloads); raise cache_limit"
 )
 _WINDOW_SAMPLES = 1 << 22  # node samples per step_uses call (bounds memory)
 
@@ -249,8 +254,13 @@ def simulate_index(
             if e == 0:
                 quality = _quality(plan, world, quality_samples, int(counts.sum()))
                 used = _pick_model(plan, world, model)
-            reads = [_node_reads(plan, world, q, used) for q in range(nodes)]
-            keys = [_digest(r) for r in reads]
+            if used == "runs":  # small: all nodes at once, identical ones replayed once
+                runs = [_node_reads(plan, world, q, model=used) for q in range(nodes)]
+                keys = [_digest(r) for r in runs]
+                reads: Any = runs.__getitem__
+            else:  # O(samples) per node: one node's reads at a time, each its own group
+                keys = [q.to_bytes(8, "little") for q in range(nodes)]
+                reads = functools.partial(_node_reads, plan, world, model=used)
             ticks = 1 if used == "runs" else plan.batch_size
             steps = node_steps(plan, world)
             for policy in policies:
@@ -263,12 +273,15 @@ def simulate_index(
                     latency_ms / 1e3, step_ms / 1e3, lookahead,
                 )  # fmt: skip
                 per[policy].extend(figs)
-            del plan, reads
+            del plan, reads, keys
         for policy in policies:
             figs = sorted(per[policy], key=lambda f: (f.epoch, f.node))
             notes = []
-            if used == "runs" and any(f.overcommit for f in figs):
+            over = max((f.overcommit for f in figs), default=0)
+            if over and used == "runs":
                 notes.append(RUNS_OVERCOMMIT)
+            elif over:
+                notes.append(EXACT_OVERCOMMIT.format(over))
             results.append(PlanResult(shuffle, policy, figs, quality, used, notes))
     return results
 
@@ -347,7 +360,7 @@ def _pick_model(plan: Any, world: World, model: str) -> str:
     return "runs" if plan.num_samples // world.num_nodes > EXACT_MAX_NODE_SAMPLES else "exact"
 
 
-def _node_reads(plan: Any, world: World, node: int, model: str) -> tuple[I64, I64, I64]:
+def _node_reads(plan: Any, world: World, node: int, *, model: str) -> tuple[I64, I64, I64]:
     """(first tick, last tick, shard) of the node's reads: exact (first == last, one per rank
     batch and shard, ticks ``step * batch_size + offset``) or runs (steps)."""
     if model == "runs":
@@ -438,7 +451,7 @@ def _digest(reads: tuple[I64, I64, I64]) -> bytes:
 
 def _replay_epoch(
     state: list[Any],
-    reads: list[tuple[I64, I64, I64]],
+    reads: Callable[[int], tuple[I64, I64, I64]],
     keys: list[bytes],
     epoch: int,
     steps: int,
@@ -449,8 +462,9 @@ def _replay_epoch(
     step: float,
     lookahead: int,
 ) -> list[EpochFigures]:
-    """One epoch of every node: nodes with the same cache so far and the same reads are
-    replayed once. ``state[node]``: its replay object, shared by such nodes (updated here)."""
+    """One epoch of every node: nodes with the same cache so far and the same reads (equal
+    ``keys``) are replayed once; ``reads(node)`` gives a node's reads. ``state[node]``: its
+    replay object, shared by such nodes (updated here)."""
     groups: dict[tuple[int, bytes], list[int]] = {}
     for q, k in enumerate(keys):
         groups.setdefault((id(state[q]), k), []).append(q)
@@ -463,7 +477,7 @@ def _replay_epoch(
         owners[rid] -= 1
         if owners[rid] > 0:  # another group starts from the same state: run on a copy
             replay = copy.deepcopy(replay)
-        first, last, shard = reads[members[0]]
+        first, last, shard = reads(members[0])
         if isinstance(replay, RunReplay):
             rep = replay.epoch(first, last, shard, steps)
         else:

@@ -290,7 +290,9 @@ def format_table(results: Sequence[Any], timed: bool) -> str:
     width = [max(len(row[i]) for row in rows) for i in range(len(_COLS))]
     left = {0, 1, 12}
     lines = [
-        "  ".join(c.ljust(width[i]) if i in left else c.rjust(width[i]) for i, c in enumerate(row))
+        "  ".join(
+            c.ljust(width[i]) if i in left else c.rjust(width[i]) for i, c in enumerate(row)
+        ).rstrip()
         for row in rows
     ]
     return "\n".join(lines)
@@ -398,7 +400,9 @@ def svg_chart(
 
 
 def _node_series(results: Sequence[Any], node: int) -> tuple[list[Any], list[Any], list[Any]]:
-    cum, occ, marks = [], [], []
+    cum: list[Any] = []
+    occ: list[Any] = []
+    marks: list[tuple[float, str]] = []
     for r in results:
         figs = sorted((f for f in r.epochs if f.node == node), key=lambda f: f.epoch)
         by = np.concatenate([f.bytes_by_step for f in figs]) if figs else np.zeros(0, np.int64)
