@@ -331,9 +331,12 @@ def _downsample(y: np.ndarray, points: int, how: str) -> tuple[np.ndarray, np.nd
 
 
 def _nice(v: float) -> float:
-    """A round axis maximum >= v."""
+    """A round axis maximum >= v, in the binary unit (KiB, MiB, ...) ``human_bytes`` prints."""
     if v <= 0:
         return 1.0
+    unit = 1024.0 ** int(min(4, max(0, np.floor(np.log(v) / np.log(1024)))))
+    if unit > 1:
+        return unit * _nice(v / unit)
     mag = 10 ** np.floor(np.log10(v))
     for m in (1, 2, 2.5, 5, 10):
         if m * mag >= v:
@@ -351,13 +354,16 @@ def svg_chart(
     height: int = 300,
     fmt: Any = human_bytes,
     marks: Sequence[tuple[float, str]] = (),
+    level: tuple[float, str] | None = None,
 ) -> str:
     """A line chart as an SVG string: one polyline per (label, x, y) series, axes with 5
-    ticks, a legend, and dashed vertical ``marks`` (x, label)."""
+    ticks, a legend, dashed vertical ``marks`` (x, label) and a dashed horizontal ``level``
+    (y, label)."""
     left, right, top, bottom = 70, 170, 28, 42
     pw, ph = width - left - right, height - top - bottom
     xmax = max([float(x[-1]) for _, x, _ in series if len(x)] + [1.0])
-    ymax = _nice(max([float(np.max(y)) for _, _, y in series if len(y)] + [0.0]))
+    top_y = max([float(np.max(y)) for _, _, y in series if len(y)] + [0.0])
+    ymax = _nice(max(top_y, level[0] if level else 0.0))
     esc = html.escape
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -383,6 +389,11 @@ def svg_chart(
         out.append(f'<line x1="{xx:.1f}" y1="{top}" x2="{xx:.1f}" y2="{top + ph}" '
                    f'stroke="#888" stroke-dasharray="4 3"/>')  # fmt: skip
         out.append(f'<text x="{xx + 3:.1f}" y="{top + 11}" fill="#666">{esc(label)}</text>')
+    if level is not None:
+        yy = top + ph - ph * level[0] / ymax
+        out.append(f'<line x1="{left}" y1="{yy:.1f}" x2="{left + pw}" y2="{yy:.1f}" '
+                   f'stroke="#000" stroke-dasharray="6 3"/>')  # fmt: skip
+        out.append(f'<text x="{left + 4}" y="{yy + 12:.1f}">{esc(level[1])}</text>')
     for i, (label, x, y) in enumerate(series):
         color = _COLORS[i % len(_COLORS)]
         if len(x):
@@ -429,8 +440,10 @@ def html_report(results: Sequence[Any], args: argparse.Namespace, notes: Sequenc
         "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
         for row in _rows(results, timed)
     )
-    limit = getattr(args, "cache_limit", None)
-    occ_marks = list(marks)
+    from astream.core.sizes import parse_size
+
+    limit = parse_size(args.cache_limit, "cache_limit") if args.cache_limit else 0
+    level = (float(limit), f"cache_limit {human_bytes(limit)}") if limit else None
     parts = [
         "<!DOCTYPE html>",
         '<html><head><meta charset="utf-8"><title>astream plan</title>',
@@ -452,10 +465,11 @@ def html_report(results: Sequence[Any], args: argparse.Namespace, notes: Sequenc
         ),
         svg_chart(
             occ,
-            f"Cache occupancy, node {args.report_node}" + (f" (limit {limit})" if limit else ""),
+            f"Cache occupancy, node {args.report_node}",
             "step (rank batch)",
             "bytes",
-            marks=occ_marks,
+            marks=marks,
+            level=level,
         ),
         f"<table><tr>{head}</tr>\n{body}</table>",
         "<p>SHARDS: shard downloads (re-downloads included); REDL: downloads of a shard already "
