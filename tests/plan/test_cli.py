@@ -73,6 +73,8 @@ def test_plan_table_json_and_report(data: str, tmp_path: Any, capsys: Any) -> No
     svgs = [ET.fromstring(s) for s in re.findall(r"<svg.*?</svg>", page, re.S)]
     assert len(svgs) == 2
     assert all(len(s.findall(f".//{SVG}polyline")) == 4 for s in svgs)
+    texts = [t.text for t in svgs[1].iter(f"{SVG}text")]
+    assert "cache_limit 11.7 KiB" in texts and "epoch 1" in texts  # the limit, the epoch mark
     assert page.count("<tr>") == 1 + 8
     # the charts' data: bytes so far end at the node's bytes over both epochs; the occupancy
     # peaks at its high-water mark; the epoch boundary is marked
