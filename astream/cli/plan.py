@@ -10,7 +10,9 @@ astream supports; the reference's need ``--num-canonical-nodes``) and per cache 
 is read. The command prints one row per algorithm x policy x node x epoch and, with
 ``--report``, writes one self-contained HTML page: the table and two line charts (bytes
 downloaded so far, and cache occupancy, over the steps of the epochs, for one node), drawn as
-inline SVG by :func:`svg_chart` (no plotting library). ``--json`` writes the figures.
+inline SVG by :func:`svg_chart` (no plotting library); a ``--report`` path ending in ``.png``
+gets the two charts as a PNG through matplotlib when it is installed (:func:`png_report`).
+``--json`` writes the figures.
 
 Streams config::
 
@@ -40,7 +42,7 @@ import numpy as np
 from astream.cli.common import human_bytes
 from astream.errors import ConfigError
 
-__all__ = ["add_parser", "load_streams", "run", "svg_chart"]
+__all__ = ["add_parser", "html_report", "load_streams", "png_report", "run", "svg_chart"]
 
 REF_MAX_SAMPLES = 1 << 27  # default run: the reference orders (O(epoch)) only up to this
 _STREAM_KEYS = ("remote", "local", "split", "storage_options", "proportion", "repeat", "choose")
@@ -200,6 +202,13 @@ def run(args: argparse.Namespace) -> int:
     streams, extra = load_streams(args.source, args.split)
     if args.epoch_size is not None:
         extra["epoch_size"] = args.epoch_size
+    if args.report and args.report.lower().endswith(".png"):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                "--report: a .png report needs matplotlib (not installed); write .html instead"
+            ) from None
     if args.report_node >= args.nodes:
         raise ConfigError(
             f"--report-node: must be < --nodes ({args.nodes}), got {args.report_node}"
@@ -256,7 +265,10 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json_out, "w", encoding="utf-8") as f:
             json.dump(figures_json(results, vars(args)), f, indent=1)
         print(f"wrote {args.json_out}")
-    if args.report:
+    if args.report and args.report.lower().endswith(".png"):
+        png_report(results, args, args.report)
+        print(f"wrote {args.report}")
+    elif args.report:
         page = html_report(results, args, notes)
         with open(args.report, "w", encoding="utf-8") as f:
             f.write(page)
@@ -480,3 +492,36 @@ def html_report(results: Sequence[Any], args: argparse.Namespace, notes: Sequenc
     parts += [f"<p>Note: {esc(n)}</p>" for n in dict.fromkeys(notes)]
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def png_report(results: Sequence[Any], args: argparse.Namespace, path: str) -> None:
+    """The report's two charts as one PNG, with matplotlib (only when it is installed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from astream.core.sizes import parse_size
+
+    cum, occ, marks = _node_series(results, args.report_node)
+    fig, axes = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    titles = ("Bytes downloaded so far", "Cache occupancy")
+    for ax, series, title in zip(axes, (cum, occ), titles):
+        for label, x, y in series:
+            ax.plot(x, np.asarray(y) / 2**20, label=label, linewidth=1.2)
+        for x, text in marks:
+            ax.axvline(x, color="#888", linestyle="--", linewidth=0.8)
+            ax.annotate(text, (x, 0), xytext=(3, 3), textcoords="offset points", color="#666")
+        ax.set_title(f"{title}, node {args.report_node}")
+        ax.set_ylabel("MiB")
+    if args.cache_limit:
+        limit = parse_size(args.cache_limit, "cache_limit")
+        if limit:
+            axes[1].axhline(limit / 2**20, color="k", linestyle="--", linewidth=0.8,
+                            label=f"cache_limit {human_bytes(limit)}")  # fmt: skip
+    axes[1].set_xlabel("step (rank batch)")
+    axes[0].legend(fontsize=8)
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -163,3 +163,14 @@ def test_plan_usage_errors(data: str, tmp_path: Any, capsys: Any) -> None:
     assert "no index.json" in capsys.readouterr().err
     assert main(["plan", "synthetic:10", "--batch-size", "8"]) == 2
     assert "synthetic:SAMPLES:SHARDS" in capsys.readouterr().err
+
+
+def test_plan_png_report(data: str, tmp_path: Any, capsys: Any) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "p.png"
+    assert main(["plan", data, *ARGS, "--report", str(png)]) == 0
+    assert f"wrote {png}" in capsys.readouterr().out
+    head = png.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    assert (width, height) == (900, 700)
