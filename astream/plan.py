@@ -3,17 +3,35 @@
 Theory of operation
 -------------------
 Everything a run will read is known from the index and the order plan alone, so
-:func:`simulate` reads no data. For each shuffle astream supports (no shuffle, ``"astream"``),
-each cache policy asked for, each physical node and each epoch:
+:func:`simulate` reads no data. For each shuffle asked for (no shuffle, ``"astream"``, and the
+reference's ``"py1e"``, ``"py1br"``, ``"py1s"``, ``"py2s"``, ``"naive"``), each cache policy,
+each physical node and each epoch:
 
-1. **Reads.** The node's ``(tick, shard)`` reads, step window by step window
-   (:func:`astream.core.eviction.step_uses`: the same plan and dealing the runtime uses, one
-   pair per rank batch and shard, so the work is per shard run of a batch, not per sample).
-2. **Cache.** The reads are replayed through :class:`astream.core.cachesim.CacheReplay` with
-   the runtime's eviction rule (:func:`astream.core.eviction.victim_key`): downloads, bytes,
-   re-downloads, evictions, high-water mark, occupancy over the epoch. The cache carries over
-   from epoch to epoch. Without ``cache_limit`` no replay is needed: every distinct shard is
-   downloaded once.
+1. **Reads**, in one of two models (``model``; the result's ``model`` says which ran):
+
+   - *exact*: the node's ``(tick, shard)`` reads, step window by step window
+     (:func:`astream.core.eviction.step_uses`: the same plan and dealing the runtime uses, one
+     pair per rank batch and shard of the batch). Work and memory O(samples of the node).
+   - *runs*: per canonical node of the order, the shards each stretch of its sequence reads,
+     from the piece layout alone (no sample id is computed): with a shuffle, every shard with
+     samples in a shuffle block is read over the whole block's steps (the block permutes its
+     samples); without, each piece is read over its own positions. A node reads canonical node
+     ``c`` when ``c = node (mod gcd(ncn, nodes))``; a run is ``(first step, last step,
+     shard)``, runs of one shard that touch are merged. Work O(pieces + blocks), not samples.
+     What it rounds: a shard is taken as read at every step of its block (a node with only a
+     few of the shard's samples in the block may in fact not read it, or read it at fewer
+     steps), and reads within a step are not ordered. Only for ``batching_method="random"``
+     with ``none``/``astream`` (the reference's orders are one O(epoch) permutation anyway,
+     and the per-stream methods interleave chunks).
+
+   ``model="auto"`` (default) runs *exact* up to :data:`EXACT_MAX_NODE_SAMPLES` samples per
+   node and epoch and *runs* above, where available; ``"runs"`` uses runs wherever available;
+   ``"exact"`` never does. Nodes whose reads come out identical (every node when
+   ``num_canonical_nodes=1`` under runs) are replayed once.
+2. **Cache.** The reads are replayed with the runtime's eviction rule
+   (:func:`astream.core.eviction.victim_key`): :class:`astream.core.cachesim.CacheReplay`
+   (exact) or :class:`~astream.core.cachesim.RunReplay` (runs). Downloads, bytes, re-downloads,
+   evictions, high-water mark, occupancy per step. The cache carries over between epochs.
 3. **Time** (with ``bandwidth_mbps``): the node's link moves one download at a time at the
    bandwidth, each request paying ``latency_ms`` unless it overlaps an earlier transfer;
    downloads of step ``u`` start when the consumer is ``lookahead`` steps before ``u`` (the
@@ -21,34 +39,77 @@ each cache policy asked for, each physical node and each epoch:
    shards are in. Time to first batch is when step 0's shards are in; the stall share is the
    time steps waited for data over the epoch's time. A model: concurrency inside the link,
    decode time and the cache's room for prefetches are not in it.
-4. **Quality** (:mod:`astream.core.quality`) of rank 0's first ``quality_samples`` samples:
-   distance from index order (0: index order, ~1: a full random permutation) and distinct
-   shards per device batch.
+4. **Quality** (:mod:`astream.core.quality`) of rank 0's first ``quality_samples`` samples
+   of epoch 0: distance from index order (0: index order, ~1: a full random permutation) and
+   distinct shards per device batch.
+
+Cost: the reference algorithms build their O(epoch) permutation per epoch (as the reference
+does; see docs/order.md); only one epoch's plan is held at a time.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import copy
+import functools
+import hashlib
+import json
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from astream.core.cachesim import CacheReplay, EpochReplay
+from astream.core.cachesim import CacheReplay, EpochReplay, RunReplay
 from astream.core.eviction import check_policy, node_steps, step_uses
 from astream.core.index import Index
 from astream.core.order import StreamSpec, plan_epoch
-from astream.core.quality import index_order_score, shards_per_window
+from astream.core.quality import shards_per_window
 from astream.core.world import World
 from astream.errors import ConfigError
 
-__all__ = ["EpochFigures", "PlanResult", "SHUFFLES", "simulate", "simulate_index"]
+__all__ = [
+    "EXACT_MAX_NODE_SAMPLES",
+    "MODELS",
+    "REFERENCE_SHUFFLES",
+    "SHUFFLES",
+    "EpochFigures",
+    "PlanResult",
+    "PlanStream",
+    "node_runs",
+    "simulate",
+    "simulate_index",
+    "synthetic_index",
+]
 
 I64 = NDArray[np.int64]
-SHUFFLES = ("none", "astream")  # shuffle=False, and every shuffle_algo astream implements
+REFERENCE_SHUFFLES = ("py1e", "py1br", "py1s", "py2s", "naive")
+# "none" is shuffle=False; the others are the shuffle_algo values astream implements
+SHUFFLES = ("none", "astream", *REFERENCE_SHUFFLES)
+MODELS = ("auto", "exact", "runs")
+EXACT_MAX_NODE_SAMPLES = 1 << 22  # model="auto": exact up to this many samples per node
+RUNS_OVERCOMMIT = (
+    "runs model: cache_limit is below the working set (the shards of the blocks read at once), "
+    "so the run will re-download within blocks and these downloads are too low; use "
+    "model='exact', a larger cache_limit or a smaller shuffle_block_size"
+)
+EXACT_OVERCOMMIT = (
+    "cache_limit is smaller than the shards read at one moment: the replay went {:,} bytes "
+    "over it (the runtime then waits for room and re-downloads); raise cache_limit"
+)
 _WINDOW_SAMPLES = 1 << 22  # node samples per step_uses call (bounds memory)
+
+
+@dataclass(frozen=True)
+class PlanStream:
+    """One stream of the planned dataset: its index and its weight (at most one)."""
+
+    index: Index
+    proportion: float | None = None
+    repeat: float | None = None
+    choose: int | None = None
 
 
 @dataclass
@@ -79,6 +140,8 @@ class PlanResult:
     policy: str
     epochs: list[EpochFigures]
     quality: dict[str, float]
+    model: str = "exact"  # the reads model that ran: "exact" or "runs"
+    notes: list[str] = field(default_factory=list)  # caveats on these figures
 
     def total(self, name: str, epoch: int | None = None) -> int:
         """Sum of an integer figure over nodes (of one epoch, or all)."""
@@ -100,7 +163,7 @@ def simulate(
 
 
 def simulate_index(
-    index: Index,
+    index: Index | Sequence[PlanStream],
     *,
     batch_size: int,
     nodes: int = 1,
@@ -109,7 +172,8 @@ def simulate_index(
     epochs: int = 1,
     cache_limit: int | str | None = None,
     cache_policy: str | Sequence[str] = "next_use",
-    shuffles: Sequence[str] = SHUFFLES,
+    shuffles: Sequence[str] | None = None,
+    model: str = "auto",
     keep_zip: bool = False,
     bandwidth_mbps: float | None = None,
     latency_ms: float = 0.0,
@@ -120,65 +184,149 @@ def simulate_index(
 ) -> list[PlanResult]:
     """Figures for every shuffle in ``shuffles`` and policy in ``cache_policy``.
 
-    ``order``: the dataset's order arguments (``shuffle_seed``, ``num_canonical_nodes``,
-    ``shuffle_block_size``, ``sampling_method``, ...), checked as the dataset checks them.
+    ``index``: one dataset's index, or several :class:`PlanStream` (a mix). ``shuffles``:
+    default every name in :data:`SHUFFLES` when ``num_canonical_nodes`` is given (the
+    reference's algorithms need it), else ``("none", "astream")``. ``order``: the dataset's
+    order arguments (``shuffle_seed``, ``num_canonical_nodes``, ``shuffle_block_size``,
+    ``epoch_size``, ``sampling_method``, ...), checked as the dataset checks them.
     """
     from astream.runtime.config import DatasetConfig
 
     world = World(nodes, ranks_per_node, workers)
     policies = [cache_policy] if isinstance(cache_policy, str) else list(cache_policy)
+    if not policies:
+        raise ConfigError("cache_policy: give at least one policy")
     for p in policies:
         check_policy(p)
+    if shuffles is None:
+        has_ncn = order.get("num_canonical_nodes") is not None
+        shuffles = SHUFFLES if has_ncn else ("none", "astream")
+    if isinstance(shuffles, str) or not shuffles:
+        raise ConfigError(f"shuffles: need a list of names from {', '.join(SHUFFLES)}")
     for s in shuffles:
         if s not in SHUFFLES:
             raise ConfigError(f"shuffles: unknown shuffle {s!r} (known: {', '.join(SHUFFLES)})")
+    if model not in MODELS:
+        raise ConfigError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
+    for name in ("shuffle", "shuffle_algo"):
+        if name in order:
+            raise ConfigError(f"simulate: pass the orders to compare as shuffles=, not {name}=")
     if bandwidth_mbps is not None and not bandwidth_mbps > 0:
         raise ConfigError(f"bandwidth_mbps must be > 0, got {bandwidth_mbps}")
-    if not latency_ms >= 0 or not step_ms >= 0:
-        raise ConfigError("latency_ms and step_ms must be >= 0")
-    if epochs < 1:
-        raise ConfigError(f"epochs must be >= 1, got {epochs}")
-    base = dict(order, batch_size=batch_size, cache_limit=cache_limit)
-    base.setdefault("shuffle", True)
-    counts = index.sample_counts()
-    raw = np.array([s.raw_data.bytes for s in index.shards], np.int64)
-    zipped = np.array(
-        [s.zip_data.bytes if s.zip_data is not None else 0 for s in index.shards], np.int64
-    )
+    if not latency_ms >= 0:
+        raise ConfigError(f"latency_ms must be >= 0, got {latency_ms}")
+    if not step_ms >= 0:
+        raise ConfigError(f"step_ms must be >= 0, got {step_ms}")
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ConfigError(f"epochs must be an int >= 1, got {epochs!r}")
+    if quality_samples < 1:
+        raise ConfigError(f"quality_samples must be >= 1, got {quality_samples}")
+    streams = [PlanStream(index)] if isinstance(index, Index) else list(index)
+    if not streams:
+        raise ConfigError("simulate: need at least one stream")
+    specs = []
+    raw_parts, zip_parts = [], []
+    for st in streams:
+        table = st.index.table
+        specs.append(StreamSpec(table.samples.copy(), st.proportion, st.repeat, st.choose))
+        raw_parts.append(np.asarray(table.raw_bytes, np.int64))
+        zb = table.zip_bytes
+        zip_parts.append(np.zeros(len(table), np.int64) if zb is None else np.maximum(zb, 0))
+    raw, zipped = np.concatenate(raw_parts), np.concatenate(zip_parts)
     wire = np.where(zipped > 0, zipped, raw)
     footprint = raw + (zipped if keep_zip else 0)
+    counts = np.concatenate([s.shard_sizes for s in specs])
     avg = max(1, int(counts.sum()) // max(1, len(counts)))
+    base = dict(order, batch_size=batch_size, cache_limit=cache_limit)
+    bw = None if bandwidth_mbps is None else bandwidth_mbps * 1e6 / 8
     results = []
     for shuffle in shuffles:
-        cfg = DatasetConfig.build(**_config_args(base, shuffle == "astream"))
+        cfg = DatasetConfig.build(**_config_args(base, shuffle))
         kwargs = cfg.plan_kwargs()
         ahead = predownload if predownload is not None else max(8 * cfg.batch_or_1, avg)
         lookahead = max(1, ahead // cfg.batch_or_1) * workers
-        plans = [plan_epoch([StreamSpec(counts)], epoch=e, **kwargs) for e in range(epochs)]
-        quality = _quality(plans[0], world, quality_samples)
+        per = {p: [] for p in policies}  # type: dict[str, list[EpochFigures]]
+        states: dict[str, list[Any]] = {}  # policy -> per node: its (shared) replay
+        quality: dict[str, float] = {}
+        used = "exact"
+        for e in range(epochs):
+            plan = plan_epoch(specs, epoch=e, **kwargs)
+            if e == 0:
+                quality = _quality(plan, world, quality_samples, int(counts.sum()))
+                used = _pick_model(plan, world, model)
+            if used == "runs":  # small: all nodes at once, identical ones replayed once
+                runs = [_node_reads(plan, world, q, model=used) for q in range(nodes)]
+                keys = [_digest(r) for r in runs]
+                reads: Any = runs.__getitem__
+            else:  # O(samples) per node: one node's reads at a time, each its own group
+                keys = [q.to_bytes(8, "little") for q in range(nodes)]
+                reads = functools.partial(_node_reads, plan, world, model=used)
+            ticks = 1 if used == "runs" else plan.batch_size
+            steps = node_steps(plan, world)
+            for policy in policies:
+                if policy not in states:
+                    make = RunReplay if used == "runs" else CacheReplay
+                    first = make(footprint, cfg.cache_limit, policy)
+                    states[policy] = [first] * nodes
+                figs = _replay_epoch(
+                    states[policy], reads, keys, e, steps, ticks, wire, bw,
+                    latency_ms / 1e3, step_ms / 1e3, lookahead,
+                )  # fmt: skip
+                per[policy].extend(figs)
+            del plan, reads, keys
         for policy in policies:
-            figures = []
-            for node in range(nodes):
-                replay = CacheReplay(footprint, cfg.cache_limit, policy)
-                for e, plan in enumerate(plans):
-                    rep = _epoch(plan, world, node, replay)
-                    f = _figures(rep, plan, world, node, e, wire, footprint)
-                    if bandwidth_mbps is not None:
-                        f.first_batch_s, f.stall_share = _timeline(
-                            f.bytes_by_step,
-                            bandwidth_mbps * 1e6 / 8,
-                            latency_ms / 1e3,
-                            step_ms / 1e3,
-                            lookahead,
-                        )
-                    figures.append(f)
-            results.append(PlanResult(shuffle, policy, figures, quality))
+            figs = sorted(per[policy], key=lambda f: (f.epoch, f.node))
+            notes = []
+            over = max((f.overcommit for f in figs), default=0)
+            if over and used == "runs":
+                notes.append(RUNS_OVERCOMMIT)
+            elif over:
+                notes.append(EXACT_OVERCOMMIT.format(over))
+            results.append(PlanResult(shuffle, policy, figs, quality, used, notes))
     return results
 
 
-def _config_args(base: dict[str, Any], shuffle: bool) -> dict[str, Any]:
-    args = {k: v for k, v in base.items() if k != "shuffle"}
-    args["shuffle"] = shuffle
+def synthetic_index(
+    samples: int, shards: int, shard_bytes: int | None = None, *, bytes_per_sample: int = 1024
+) -> Index:
+    """An index of ``shards`` shards holding ``samples`` samples in all (as even as possible),
+    built in memory (no file; for planning "what if" datasets and the planner's scale tests).
+    Each shard takes ``shard_bytes`` (default: its samples x ``bytes_per_sample``)."""
+    from astream.core.index import parse_index
+    from astream.core.shard_table import ShardTable
+
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise ConfigError(f"shards must be an int >= 1, got {shards!r}")
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < shards:
+        raise ConfigError(f"samples must be an int >= shards ({shards}), got {samples!r}")
+    q, r = divmod(samples, shards)
+    counts = np.full(shards, q, np.int64)
+    counts[:r] += 1
+    size = counts * bytes_per_sample if shard_bytes is None else np.full(shards, shard_bytes)
+    one = {
+        "column_encodings": ["bytes"], "column_names": ["x"], "column_sizes": [None],
+        "compression": None, "format": "mds", "hashes": [], "samples": int(counts[0]),
+        "size_limit": 1 << 26, "version": 2, "zip_data": None,
+        "raw_data": {"basename": "shard.00000.mds", "bytes": int(size[0]), "hashes": {}},
+    }  # fmt: skip
+    template = parse_index(
+        json.dumps({"version": 2, "shards": [one]}).encode(), "synthetic"
+    ).shards[0]
+    table = ShardTable(
+        templates=[template],
+        kind=np.zeros(shards, np.int32),
+        samples=counts,
+        raw_names=[f"shard.{i:05}.mds" for i in range(shards)],
+        raw_bytes=np.asarray(size, np.int64),
+        raw_hashes=[{}] * shards,
+    )
+    return Index(table)
+
+
+def _config_args(base: dict[str, Any], shuffle: str) -> dict[str, Any]:
+    args = dict(base)
+    args["shuffle"] = shuffle != "none"
+    args["shuffle_algo"] = "astream" if shuffle == "none" else shuffle
     defaults: dict[str, Any] = {
         "download_retry": 2,
         "download_timeout": 60,
@@ -203,7 +351,20 @@ def _config_args(base: dict[str, Any], shuffle: bool) -> dict[str, Any]:
     return defaults
 
 
-def _epoch(plan: Any, world: World, node: int, replay: CacheReplay) -> EpochReplay:
+def _pick_model(plan: Any, world: World, model: str) -> str:
+    runs_ok = getattr(plan, "_ref_ids", None) is None and plan.batching_method == "random"
+    if model == "exact" or not runs_ok:
+        return "exact"
+    if model == "runs":
+        return "runs"
+    return "runs" if plan.num_samples // world.num_nodes > EXACT_MAX_NODE_SAMPLES else "exact"
+
+
+def _node_reads(plan: Any, world: World, node: int, *, model: str) -> tuple[I64, I64, I64]:
+    """(first tick, last tick, shard) of the node's reads: exact (first == last, one per rank
+    batch and shard, ticks ``step * batch_size + offset``) or runs (steps)."""
+    if model == "runs":
+        return node_runs(plan, world, node)
     steps = node_steps(plan, world)
     per_window = max(1, _WINDOW_SAMPLES // max(1, plan.batch_size * world.ranks_per_node))
     ticks, shards = [], []
@@ -213,22 +374,140 @@ def _epoch(plan: Any, world: World, node: int, replay: CacheReplay) -> EpochRepl
         shards.append(s)
     tick = np.concatenate(ticks) if ticks else np.zeros(0, np.int64)
     shard = np.concatenate(shards) if shards else np.zeros(0, np.int64)
-    return replay.epoch(tick, shard, steps * plan.batch_size)
+    return tick, tick, shard
 
 
-def _figures(
-    rep: EpochReplay, plan: Any, world: World, node: int, epoch: int, wire: I64, foot: I64
-) -> EpochFigures:
-    bs = plan.batch_size
+def node_runs(plan: Any, world: World, node: int) -> tuple[I64, I64, I64]:
+    """(first step, last step, shard) of every run of ``node`` in one epoch, sorted by first
+    step (the *runs* model of the module docstring). ``plan``: an astream-order (or unshuffled)
+    plan with ``batching_method="random"``."""
+    if getattr(plan, "_ref_ids", None) is not None or plan.batching_method != "random":
+        raise ConfigError("node_runs: only for shuffle 'none'/'astream', batching 'random'")
+    sub = plan._subs[0]  # the one SubPlan of batching_method="random"
+    ncn, pn = sub.ncn, world.num_nodes
+    g = math.gcd(ncn, pn)
+    m = pn // g  # a node reads every m-th position of each canonical node it reads
+    gb = plan.batch_size * world.num_ranks
     steps = node_steps(plan, world)
+    firsts, lasts, shards = [], [], []
+    for c in range(node % g, ncn, g):
+        length = int(sub.node_len(c))
+        if length == 0:
+            continue
+        starts, part = sub._node(c)
+        lo, hi = starts[:-1], starts[1:]  # piece order ranges [lo, hi)
+        keep = part.length > 0
+        lo, hi, shard = lo[keep], hi[keep], part.shard[keep]
+        if sub.shuffle:  # each block reads each shard with a piece in it, over the whole block
+            bsz = sub.block_size
+            b0, b1 = lo // bsz, (hi - 1) // bsz
+            cnt = b1 - b0 + 1
+            row = np.repeat(np.arange(len(lo)), cnt)
+            off = np.arange(len(row)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+            blk = b0[row] + off
+            t_lo, t_hi, shard = blk * bsz, np.minimum((blk + 1) * bsz, length) - 1, shard[row]
+        else:
+            t_lo, t_hi = lo, hi - 1
+        # node positions t of c read by this node: t * ncn + c = node (mod nodes)
+        t0 = next(t for t in range(m) if (t * ncn + c - node) % pn == 0)
+        read = t_lo + (t0 - t_lo) % m <= t_hi
+        firsts.append((t_lo[read] * ncn + c) // gb)
+        lasts.append((t_hi[read] * ncn + c) // gb)
+        shards.append(shard[read])
+    if not firsts:
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    f = np.minimum(np.concatenate(firsts), steps - 1)
+    la = np.minimum(np.concatenate(lasts), steps - 1)
+    s = np.concatenate(shards).astype(np.int64)
+    return merge_runs(f, la, s)
+
+
+def merge_runs(first: I64, last: I64, shard: I64) -> tuple[I64, I64, I64]:
+    """Runs of one shard that overlap or touch (consecutive steps) merged; sorted by first
+    step, then shard."""
+    if not len(first):
+        return first, last, shard
+    by = np.lexsort((first, shard))
+    f, la, s = first[by], last[by], shard[by]
+    span = int(la.max()) + 2
+    reach = np.maximum.accumulate(s * span + la) - s * span  # furthest last so far, per shard
+    new = np.ones(len(f), bool)
+    new[1:] = (s[1:] != s[:-1]) | (f[1:] > reach[:-1] + 1)
+    head = np.flatnonzero(new)
+    ends = np.r_[head[1:], len(f)] - 1
+    f, la, s = f[head], reach[ends], s[head]
+    by = np.lexsort((s, f))
+    return f[by], la[by], s[by]
+
+
+def _digest(reads: tuple[I64, I64, I64]) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for a in reads:
+        h.update(np.ascontiguousarray(a).tobytes())
+        h.update(b"|")
+    return h.digest()
+
+
+def _replay_epoch(
+    state: list[Any],
+    reads: Callable[[int], tuple[I64, I64, I64]],
+    keys: list[bytes],
+    epoch: int,
+    steps: int,
+    ticks: int,
+    wire: I64,
+    bw: float | None,
+    latency: float,
+    step: float,
+    lookahead: int,
+) -> list[EpochFigures]:
+    """One epoch of every node: nodes with the same cache so far and the same reads (equal
+    ``keys``) are replayed once; ``reads(node)`` gives a node's reads. ``state[node]``: its
+    replay object, shared by such nodes (updated here)."""
+    groups: dict[tuple[int, bytes], list[int]] = {}
+    for q, k in enumerate(keys):
+        groups.setdefault((id(state[q]), k), []).append(q)
+    owners: dict[int, int] = {}  # id(replay) -> groups still to run from it
+    for rid, _ in groups:
+        owners[rid] = owners.get(rid, 0) + 1
+    out = []
+    for (rid, _), members in groups.items():
+        replay = state[members[0]]
+        owners[rid] -= 1
+        if owners[rid] > 0:  # another group starts from the same state: run on a copy
+            replay = copy.deepcopy(replay)
+        first, last, shard = reads(members[0])
+        if isinstance(replay, RunReplay):
+            rep = replay.epoch(first, last, shard, steps)
+        else:
+            rep = replay.epoch(first, shard, steps * ticks)
+        fig = _figures(rep, steps, ticks, epoch, wire)
+        if bw is not None:
+            fig.first_batch_s, fig.stall_share = _timeline(
+                fig.bytes_by_step, bw, latency, step, lookahead
+            )
+        for q in members:
+            state[q] = replay
+            out.append(_copy_for(fig, q))
+    return out
+
+
+def _copy_for(fig: EpochFigures, node: int) -> EpochFigures:
+    f = copy.copy(fig)  # the per-step arrays are shared, not copied
+    f.node = node
+    return f
+
+
+def _figures(rep: EpochReplay, steps: int, ticks: int, epoch: int, wire: I64) -> EpochFigures:
     dl_shards = rep.dl_shards
     by_step = np.zeros(steps, np.int64)
     if len(rep.dl_steps):
-        np.add.at(by_step, rep.dl_steps // bs, wire[dl_shards])
-    occ = rep.occupancy[bs - 1 :: bs][:steps] if len(rep.occupancy) else by_step * 0
+        np.add.at(by_step, rep.dl_steps // ticks, wire[dl_shards])
+    occ = rep.occupancy[ticks - 1 :: ticks][:steps] if len(rep.occupancy) else by_step * 0
     distinct_dl = len(np.unique(dl_shards))
     return EpochFigures(
-        node=node,
+        node=-1,
         epoch=epoch,
         steps=steps,
         downloads=rep.downloads,
@@ -276,7 +555,11 @@ def _timeline(
     return first, (stall / total if total > 0 else 0.0)
 
 
-def _quality(plan: Any, world: World, samples: int) -> dict[str, float]:
+def _quality(plan: Any, world: World, samples: int, num_ids: int) -> dict[str, float]:
+    """Rank 0's first ``samples`` samples: mean |consecutive id difference| over its
+    expectation for ids drawn uniformly from the ``num_ids`` ids of the dataset (~0: index
+    order, ~1: fully random), and
+    the mean distinct shards per device batch."""
     ids = []
     got = 0
     for batch in plan.worker_batches(World(world.num_nodes, world.ranks_per_node, 1), 0, 0):
@@ -286,7 +569,9 @@ def _quality(plan: Any, world: World, samples: int) -> dict[str, float]:
             break
     seq = np.concatenate(ids)[:samples] if ids else np.zeros(0, np.int64)
     shards = plan.shard_of(seq)
+    n = num_ids
+    spread = float(np.abs(np.diff(seq)).mean() / ((n + 1) / 3)) if len(seq) > 1 else 0.0
     return {
-        "index_order": round(index_order_score(seq), 4),
+        "index_order": round(spread, 4),
         "shards_per_batch": round(shards_per_window(shards, plan.batch_size).mean, 3),
     }

@@ -1,4 +1,4 @@
-"""The ``astream`` command: convert, inspect, verify, cache, bench, demo, index, top.
+"""The ``astream`` command: convert, inspect, verify, cache, bench, demo, index, top, plan.
 
 Theory of operation
 -------------------
@@ -24,7 +24,7 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     from astream import demo
-    from astream.cli import bench, cache, convert, index, inspect, top, verify
+    from astream.cli import bench, cache, convert, index, inspect, plan, top, verify
 
     ap = argparse.ArgumentParser(
         prog="astream",
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--version", action="version", version=f"astream {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for mod in (convert, inspect, verify, cache, bench, demo, index, top):
+    for mod in (convert, inspect, verify, cache, bench, demo, index, top, plan):
         mod.add_parser(sub)
     return ap
 

@@ -2,21 +2,23 @@
 
 Theory of operation
 -------------------
-Input: the (step, shard) pairs a node reads in one epoch (:func:`astream.core.eviction.step_uses`),
+Input: the (tick, shard) pairs a node reads in one epoch (:func:`astream.core.eviction.step_uses`),
 the bytes each shard takes in the cache, ``cache_limit`` and the policy; and the cache as the
 previous epoch left it. The replay walks the pairs in step order, as the runtime's consumers do:
 
 - a shard read while absent is downloaded (its bytes counted) and then room is made, by
   evicting in the order of :func:`astream.core.eviction.victim_key` -- the same rule the
-  runtime applies (``eviction_order``) -- skipping shards read in the current step (the
+  runtime applies (``eviction_order``) -- skipping shards read at the current tick (the
   runtime's pins);
 - next uses are computed within the epoch only, as the runtime's ``NodeFuture`` does, so a
   shard not read again this epoch ties with the rest and goes least recently used first.
 
-**Runs.** A shard read at consecutive steps ``t, t+1, ...`` is one *run*: it stays pinned from
-the run's first step to its last, and only the run's first read is an event. Shuffle blocks
-keep the same few shards busy for many steps, so the replay's work is per run, not per sample
-and not per step.
+Every read is an event (one per rank batch and shard of the batch, so the work is per shard
+*of a batch*, never per sample); a shard is pinned only at the tick it is read.
+
+:class:`RunReplay` is the planner's fast model of the same cache: its input is *runs*
+``(first step, last step, shard)`` (a shard read at every step of a stretch, e.g. a shuffle
+block), one event per run, the shard pinned for the whole run. Work O(runs log runs).
 
 What the runtime does that this does not model: prefetch (bytes are the same, only their
 timing moves), the short overlap of consumers of one step, and waits when every cached shard
@@ -33,7 +35,7 @@ from numpy.typing import NDArray
 
 from astream.core.eviction import NEVER, victim_key
 
-__all__ = ["CacheReplay", "EpochReplay"]
+__all__ = ["CacheReplay", "EpochReplay", "RunReplay"]
 
 I64 = NDArray[np.int64]
 
@@ -164,6 +166,104 @@ class CacheReplay:
         if usage > self.limit:
             out.overcommit = max(out.overcommit, usage - self.limit)
         return usage
+
+
+class RunReplay:
+    """The cache of one node across epochs, replayed run by run (the planner's fast model).
+
+    Input per epoch: *runs* ``(first step, last step, shard)``: the node reads ``shard`` at
+    steps ``first..last`` (see ``astream.plan`` "Runs"). A run's first step is its only event:
+    the shard is downloaded there if absent, and it stays pinned until its last step, so
+    evicting skips shards whose run is still going. The victim order is the runtime's
+    (:func:`astream.core.eviction.victim_key`): the next use of a shard is the first step of
+    its next run (:data:`NEVER`: none this epoch), its last use the last step of its latest run.
+    The work is O(runs log runs), independent of samples and batch size.
+    """
+
+    def __init__(self, sizes: I64, limit: int | None, policy: str) -> None:
+        self.sizes = np.asarray(sizes, np.int64)
+        self.limit = limit
+        self.policy = policy
+        self.present: dict[int, int] = {}  # shard -> last step read (global clock)
+        self.usage = 0
+        self.clock = 0
+
+    def epoch(self, first: I64, last: I64, shards: I64, num_steps: int) -> EpochReplay:
+        """Replay one epoch's runs, sorted by first step."""
+        first = np.asarray(first, np.int64)
+        last = np.asarray(last, np.int64)
+        shards = np.asarray(shards, np.int64)
+        out = EpochReplay()
+        out.distinct = len(np.unique(shards))
+        by = np.lexsort((first, shards))
+        nxt_sorted = np.full(len(by), NEVER, np.int64)
+        if len(by) > 1:
+            follow = shards[by][1:] == shards[by][:-1]
+            nxt_sorted[:-1][follow] = first[by][1:][follow]
+        nxt = np.empty_like(nxt_sorted)
+        nxt[by] = nxt_sorted
+        policy, limit, sizes, present = self.policy, self.limit, self.sizes, self.present
+        base = self.clock
+        key = victim_key
+        heap: list[tuple[tuple[float, float], int, int]] = []
+        version: dict[int, int] = {}
+        pin_end: dict[int, int] = {}
+        first_use: dict[int, int] = {}
+        f_l, l_l, s_l, n_l = first.tolist(), last.tolist(), shards.tolist(), nxt.tolist()
+        for t, s in zip(f_l, s_l):
+            if s not in first_use:
+                first_use[s] = t
+        for s, used in present.items():
+            version[s] = 0
+            heapq.heappush(heap, (key(policy, first_use.get(s, NEVER), used), s, 0))
+        dl_t: list[int] = []
+        dl_s: list[int] = []
+        occ_t: list[int] = []
+        occ_v: list[int] = []
+        high = usage = self.usage
+        for t, e, s, nx in zip(f_l, l_l, s_l, n_l):
+            pin_end[s] = e
+            if s not in present:
+                usage += int(sizes[s])
+                out.downloads += 1
+                dl_t.append(t)
+                dl_s.append(s)
+                if limit is not None and usage > limit:
+                    aside = []
+                    while usage > limit and heap:
+                        entry = heapq.heappop(heap)
+                        _, v_s, v = entry
+                        if version.get(v_s) != v or v_s not in present:
+                            continue
+                        if pin_end.get(v_s, -1) >= t:
+                            aside.append(entry)
+                            continue
+                        del present[v_s]
+                        del version[v_s]
+                        usage -= int(sizes[v_s])
+                        out.evictions += 1
+                    for entry in aside:
+                        heapq.heappush(heap, entry)
+                    if usage > limit:
+                        out.overcommit = max(out.overcommit, usage - limit)
+            present[s] = base + e
+            v = version.get(s, 0) + 1
+            version[s] = v
+            heapq.heappush(heap, (key(policy, nx, base + e), s, v))
+            if usage > high:
+                high = usage
+            occ_t.append(t)
+            occ_v.append(usage)
+        self.usage = usage
+        self.clock += num_steps
+        out.high_water = high
+        out.dl_steps = np.asarray(dl_t, np.int64)
+        out.dl_shards = np.asarray(dl_s, np.int64)
+        out.bytes = int(sizes[out.dl_shards].sum()) if dl_s else 0
+        out.occupancy = _step_fill(
+            np.asarray(occ_t, np.int64), np.asarray(occ_v, np.int64), num_steps, usage
+        )
+        return out
 
 
 def _step_fill(at: I64, values: I64, n: int, final: int) -> I64:
