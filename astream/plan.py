@@ -185,8 +185,8 @@ def simulate_index(
     """Figures for every shuffle in ``shuffles`` and policy in ``cache_policy``.
 
     ``index``: one dataset's index, or several :class:`PlanStream` (a mix). ``shuffles``:
-    default every name in :data:`SHUFFLES` when ``num_canonical_nodes`` is given (the
-    reference's algorithms need it), else ``("none", "astream")``. ``order``: the dataset's
+    default every name in :data:`SHUFFLES` (the reference's algorithms take the reference's
+    default ``num_canonical_nodes`` for ``nodes`` when it is not given). ``order``: the dataset's
     order arguments (``shuffle_seed``, ``num_canonical_nodes``, ``shuffle_block_size``,
     ``epoch_size``, ``sampling_method``, ...), checked as the dataset checks them.
     """
@@ -199,8 +199,7 @@ def simulate_index(
     for p in policies:
         check_policy(p)
     if shuffles is None:
-        has_ncn = order.get("num_canonical_nodes") is not None
-        shuffles = SHUFFLES if has_ncn else ("none", "astream")
+        shuffles = SHUFFLES
     if isinstance(shuffles, str) or not shuffles:
         raise ConfigError(f"shuffles: need a list of names from {', '.join(SHUFFLES)}")
     for s in shuffles:
@@ -241,7 +240,7 @@ def simulate_index(
     bw = None if bandwidth_mbps is None else bandwidth_mbps * 1e6 / 8
     results = []
     for shuffle in shuffles:
-        cfg = DatasetConfig.build(**_config_args(base, shuffle))
+        cfg = DatasetConfig.build(**_config_args(base, shuffle, nodes))
         kwargs = cfg.plan_kwargs()
         ahead = predownload if predownload is not None else max(8 * cfg.batch_or_1, avg)
         lookahead = max(1, ahead // cfg.batch_or_1) * workers
@@ -323,10 +322,16 @@ def synthetic_index(
     return Index(table)
 
 
-def _config_args(base: dict[str, Any], shuffle: str) -> dict[str, Any]:
+def _config_args(base: dict[str, Any], shuffle: str, nodes: int = 1) -> dict[str, Any]:
     args = dict(base)
     args["shuffle"] = shuffle != "none"
     args["shuffle_algo"] = "astream" if shuffle == "none" else shuffle
+    if args.get("num_canonical_nodes") is None and shuffle in REFERENCE_SHUFFLES:
+        # the reference's default, from the planned World (the dataset takes it from the
+        # World it starts on): 64 x nodes for py1s/py2s, the node count otherwise
+        from astream.core.refshuffle import default_num_canonical_nodes
+
+        args["num_canonical_nodes"] = default_num_canonical_nodes(shuffle, nodes)
     defaults: dict[str, Any] = {
         "download_retry": 2,
         "download_timeout": 60,

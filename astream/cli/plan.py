@@ -6,7 +6,8 @@ The source is a dataset (directory or URL holding ``index.json``), a *streams co
 file listing streams, below) or ``synthetic:SAMPLES:SHARDS[:SHARD_BYTES]`` (a made-up index,
 for "what if" questions). Its index and the order arguments go to
 :func:`astream.plan.simulate_index`, once per shuffle algorithm asked for (default: every one
-astream supports; the reference's need ``--num-canonical-nodes``) and per cache policy; no data
+astream supports; the reference's take their default canonical nodes for ``--nodes`` when
+``--num-canonical-nodes`` is not given) and per cache policy; no data
 is read. The command prints one row per algorithm x policy x node x epoch and, with
 ``--report``, writes one self-contained HTML page: the table and two line charts (bytes
 downloaded so far, and cache occupancy, over the steps of the epochs, for one node), drawn as
@@ -120,8 +121,7 @@ def add_parser(sub: Any) -> None:
         "--shuffle-algo",
         action="append",
         choices=SHUFFLES,
-        help="repeatable; 'none' is shuffle=False (default: every algorithm; the reference's "
-        "need --num-canonical-nodes)",
+        help="repeatable; 'none' is shuffle=False (default: every algorithm)",
     )
     p.add_argument("--num-canonical-nodes", type=_positive(int, 1, "an int"), default=None)
     p.add_argument("--shuffle-block-size", type=_positive(int, 1, "an int"), default=None)
@@ -219,13 +219,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         shuffles = list(SHUFFLES)
         total = sum(int(s.index.table.samples.sum()) for s in streams)
-        if args.num_canonical_nodes is None:
-            shuffles = ["none", "astream"]
-            notes.append(
-                f"left out {', '.join(REFERENCE_SHUFFLES)}: the reference's orders need "
-                "--num-canonical-nodes"
-            )
-        elif total > REF_MAX_SAMPLES:
+        if total > REF_MAX_SAMPLES:
             shuffles = ["none", "astream"]
             notes.append(
                 f"left out {', '.join(REFERENCE_SHUFFLES)}: {total:,} samples; the reference's "

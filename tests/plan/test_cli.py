@@ -40,11 +40,13 @@ ARGS = ["--batch-size", "8", "--ranks", "2", "--workers", "2", "--epochs", "2",
 
 def test_plan_table_json_and_report(data: str, tmp_path: Any, capsys: Any) -> None:
     j, h = str(tmp_path / "p.json"), str(tmp_path / "p.html")
-    assert main(["plan", data, *ARGS, "--json", j, "--report", h]) == 0
+    assert main(["plan", data, *ARGS, "--json", j, "--report", h,
+                 "--shuffle-algo", "none", "--shuffle-algo", "astream"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     want = simulate(data, batch_size=8, ranks_per_node=2, workers=2, epochs=2, cache_limit=12000,
                     cache_policy=("next_use", "lru"), shuffle_block_size=200,
-                    bandwidth_mbps=100, latency_ms=20, step_ms=5)  # fmt: skip
+                    bandwidth_mbps=100, latency_ms=20, step_ms=5,
+                    shuffles=("none", "astream"))  # fmt: skip
     got = _json(j)["results"]
     assert [(r["shuffle"], r["policy"]) for r in got] == [(r.shuffle, r.policy) for r in want]
     assert [(r["shuffle"], r["policy"]) for r in got][:2] == [("none", "next_use"), ("none", "lru")]
@@ -66,7 +68,6 @@ def test_plan_table_json_and_report(data: str, tmp_path: Any, capsys: Any) -> No
     assert any(
         r[:4] == ["astream", "lru", "0", "1"] and r[4] == f"{lru1.downloads:,}" for r in rows
     )
-    assert "note: left out py1e, py1br, py1s, py2s, naive" in out
     # the report: two charts with one line per shuffle x policy, and the table
     with open(h) as f:
         page = f.read()
@@ -126,13 +127,28 @@ def test_plan_streams_config(tmp_path: Any, capsys: Any) -> None:
     assert f.distinct_shards > len(read_index(a).shards)  # both datasets are read
 
 
+@pytest.mark.parametrize(("algo", "per_node"), [("py1e", 1), ("py1s", 64)])
+def test_reference_default_canonical_nodes(data: str, capsys: Any, algo: str,
+                                           per_node: int) -> None:  # fmt: skip
+    """Without --num-canonical-nodes a reference order takes the reference's default for the
+    planned World (the node count; 64 x nodes for py1s/py2s), as the dataset does."""
+    args = ["plan", data, "--batch-size", "8", "--ranks", "2", "--nodes", "2",
+            "--shuffle-algo", algo]  # fmt: skip
+    assert main(args) == 0
+    default = capsys.readouterr().out
+    assert main([*args, "--num-canonical-nodes", str(2 * per_node)]) == 0
+    assert capsys.readouterr().out == default
+    assert main([*args, "--num-canonical-nodes", str(4 * per_node)]) == 0
+    assert capsys.readouterr().out != default
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--cache-limit", "12qq"], "--cache-limit: cannot parse size '12qq'"),
         (
-            ["--shuffle-algo", "py1e"],
-            "--num-canonical-nodes: must be set with --shuffle-algo='py1e'",
+            ["--num-canonical-nodes", "100000000"],
+            "--num-canonical-nodes=100000000 is above the supported maximum",
         ),
         (
             ["--nodes", "2", "--report-node", "2", "--report", "x.html"],
@@ -174,3 +190,12 @@ def test_plan_png_report(data: str, tmp_path: Any, capsys: Any) -> None:
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
     assert (width, height) == (900, 700)
+
+
+def test_plan_leaves_out_reference_orders_above_their_cost_bound(capsys: Any) -> None:
+    """By default the reference's O(epoch) orders are left out above 2**27 samples, with a note;
+    asked for by name they are planned."""
+    assert main(["plan", "synthetic:200000000:1000", "--batch-size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert [ln.split()[0] for ln in out.splitlines()[1:3]] == ["none", "astream"]
+    assert "note: left out py1e, py1br, py1s, py2s, naive: 200,000,000 samples" in out
