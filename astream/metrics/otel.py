@@ -10,9 +10,10 @@ global one by default), one observable instrument per family of
 read path: when the SDK collects (its reader's interval, or ``collect()`` on demand), each
 instrument's callback reads the families -- the main process's counters, read now, and the
 workers' latest files -- so the values are those the Prometheus endpoint would serve at that
-moment. One collection calls every callback in turn; the families are built once and reused
-for ``reuse`` seconds (0.25 by default), so the instruments of one collection agree with each
-other and a collection builds them once.
+moment. One collection calls every callback in turn; the families are built once per
+collection and shared by its callbacks, so the instruments of one collection agree with each
+other: they are built anew when an instrument that was already served asks again (the next
+collection) or when they are older than ``reuse`` seconds (0.25 by default).
 
 Only ``opentelemetry-api`` is imported here; which SDK, reader and exporter run is the
 application's choice (``opentelemetry-sdk`` ships the periodic and in-memory readers). Without
@@ -67,6 +68,7 @@ class OtelBridge:
         self._reuse = reuse
         self._lock = threading.Lock()
         self._cached: tuple[float, dict[str, Family]] | None = None
+        self._served: set[str] = set()
         self._closed = False
         provider = meter_provider if meter_provider is not None else api.get_meter_provider()
         self.meter = provider.get_meter("astream", __version__)
@@ -81,18 +83,20 @@ class OtelBridge:
                 create(fam.name, callbacks=[self._callback(fam.name)], description=fam.help)
             )
 
-    def _families(self) -> dict[str, Family]:
+    def _families(self, name: str) -> dict[str, Family]:
         with self._lock:
             now = time.monotonic()
-            if self._cached is None or now - self._cached[0] >= self._reuse:
+            if self._cached is None or name in self._served or now - self._cached[0] >= self._reuse:
                 self._cached = (now, {f.name: f for f in self._produce()})
+                self._served = set()
+            self._served.add(name)
             return self._cached[1]
 
     def _callback(self, name: str) -> Callable[[Any], Iterable[Any]]:
         def observe(options: Any) -> Iterable[Any]:
             if self._closed:
                 return []
-            fam = self._families()[name]
+            fam = self._families(name)[name]
             return [self._api.Observation(v, labels) for labels, v in fam.samples]
 
         observe.__name__ = f"observe_{name}"
