@@ -37,7 +37,7 @@ __all__ = ["OtelBridge", "import_api"]
 def import_api(argument: str) -> Any:
     """``opentelemetry.metrics``, or a ConfigError naming ``argument`` and the extra."""
     try:
-        from opentelemetry import metrics as otel_metrics
+        from opentelemetry import metrics as otel_metrics  # type: ignore[import-not-found]
     except ImportError as exc:
         from astream.errors import ConfigError
 
