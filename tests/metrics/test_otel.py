@@ -173,3 +173,27 @@ def test_prometheus_client_collector(tmp_path):
     assert theirs[("astream_samples_total", (("rank", "0"), ("worker", "main")))] == 120
     assert theirs[("astream_cache_limit_bytes", (("rank", "0"),))] == 1 << 30
     assert generate_latest(registry) == b""  # closed: nothing reported
+
+
+def test_rank_label_from_env(tmp_path, monkeypatch):
+    """Rank 1 of 2 (RANK/WORLD_SIZE as torchrun sets them): half the samples, and every
+    series of both exporters carries rank="1"."""
+    from tests.metrics.conftest import write_ds
+
+    for k, v in {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+    }.items():
+        monkeypatch.setenv(k, v)
+    write_ds(str(tmp_path / "d"), 100)
+    ds = StreamingDataset(local=str(tmp_path / "d"), batch_size=10)
+    reader = InMemoryMetricReader()
+    with Metrics(ds, prometheus_port=0, announce=False, otel=MeterProvider([reader])) as m:
+        assert len(list(ds)) == 50
+        prom = scrape(str(m.url))
+        otel, _ = collect(reader)
+    assert otel == prom
+    assert {dict(lb)["rank"] for (_, lb) in prom} == {"1"}
+    assert prom[("astream_samples_total", (("rank", "1"), ("worker", "main")))] == 50
