@@ -15,8 +15,11 @@ The main process also writes its own record there every ``interval`` seconds (``
 on by default), so that ``astream top`` sees the whole job from the files alone. With
 ``prometheus_port`` (or :meth:`Metrics.serve`) the main process serves the same records in the
 Prometheus text format (:mod:`astream.metrics.prometheus`): one scrape per rank sees all its
-workers. Nothing of this exists without a ``Metrics``: the dataset itself starts no thread and
-opens no port; its counters are plain int adds.
+workers. :meth:`Metrics.collector` hands the same families to a ``prometheus_client`` registry,
+and ``otel=`` to OpenTelemetry (:mod:`astream.metrics.otel`); all three read
+:meth:`Metrics.families` (:mod:`astream.metrics.families`) when they are asked. Nothing of this
+exists without a ``Metrics``: the dataset itself starts no thread and opens no port; its
+counters are plain int adds.
 
 Limits, stated plainly: a running worker's figures are up to ``interval`` seconds old; a worker
 killed with SIGKILL loses what it counted since its last write; totals cover one node and one
