@@ -25,6 +25,12 @@ samples per stream in the loop). Two measures:
   warm-up epoch and other threads (the loop thread, the metrics publisher) are not counted:
   this is the consumer's own path. One run per variant and dataset.
 
+Every variant runs ``gc.collect(); gc.freeze()`` after the warm-up epoch: with torch imported
+the heap holds millions of objects and one full collection takes a few hundred milliseconds,
+longer than the whole measured epoch; when it fell inside the epoch it made any variant look
+several times slower (an earlier run without the freeze measured "on" at a tenth of "off" for
+that reason alone: merely importing ``http.server`` moved the collection into the epoch).
+
 Writes ``results.json`` (medians, raw values, the command, the commit) to ``--out`` and prints
 it.
 """
@@ -60,7 +66,7 @@ STRIP = (
 )
 
 RUN = r"""
-import functools, os, subprocess, sys, time
+import functools, gc, os, subprocess, sys, time
 from astream import Stream, StreamingDataset
 dirs, metrics, cg = sys.argv[1].split(","), sys.argv[2] == "on", sys.argv[3] == "cg"
 ds = StreamingDataset(streams=[Stream(local=d) for d in dirs], batch_size=32)
@@ -70,6 +76,8 @@ if metrics:
     m = Metrics(ds, prometheus_port=0, interval=0.1)
 for _ in ds:  # warm: open the shards once
     pass
+gc.collect()  # a full collection of torch's heap takes ~0.3 s: keep it out of the epoch
+gc.freeze()
 if cg:
     subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True,
                    capture_output=True)
@@ -129,6 +137,11 @@ def main() -> None:
     sys.path.insert(0, ROOT)
     from astream import MDSWriter
 
+    commit = subprocess.run(
+        ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
     tmp = tempfile.mkdtemp(prefix="bench-metrics-")
     for name, first in (("a", 0), ("b", args.n // 2)):
         with MDSWriter(out=os.path.join(tmp, name), columns={"x": "int", "y": "str"}) as w:
@@ -149,10 +162,8 @@ def main() -> None:
                 wall[f"{v}/{s}"].append(n / dt)
     result: dict[str, object] = {
         "command": " ".join(["benchmarks/bench_metrics.py", *sys.argv[1:]]),
-        "commit": subprocess.run(
-            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": commit,
+        "date": date,
         "samples": sizes,
         "repeat": args.repeat,
         "median_samples_per_s": {k: statistics.median(v) for k, v in wall.items()},
