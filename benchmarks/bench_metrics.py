@@ -132,6 +132,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--callgrind", action="store_true")
+    ap.add_argument("--sets", default="one,two", help="datasets to run: one, two or both")
     ap.add_argument("--out", default=None, help="directory for results.json")
     args = ap.parse_args()
     sys.path.insert(0, ROOT)
@@ -148,9 +149,11 @@ def main() -> None:
             for i in range(first, first + args.n // 2):
                 w.write({"x": i, "y": f"s{i}"})
     sets = {"one": os.path.join(tmp, "a"), "two": f"{tmp}/a,{tmp}/b"}
+    sets = {k: v for k, v in sets.items() if k in args.sets.split(",")}
     bare = make_bare(os.path.join(tmp, "bare"))
     variants = {"bare": (bare, "off"), "off": (ROOT, "off"), "on": (ROOT, "on")}
     sizes = {"one": args.n // 2, "two": args.n}
+    sizes = {k: v for k, v in sizes.items() if k in sets}
     wall: dict[str, list[float]] = {f"{v}/{s}": [] for v in variants for s in sets}
     for r in range(args.repeat):
         order = list(variants) if r % 2 == 0 else list(reversed(variants))
