@@ -1,4 +1,5 @@
-"""Metrics a trainer can read: counters of every process, a Prometheus endpoint, ``astream top``.
+"""Metrics a trainer can read: counters of every process, exported to Prometheus or
+OpenTelemetry, and ``astream top``.
 
 Theory of operation
 -------------------
@@ -7,8 +8,12 @@ per process); everything else is opt-in through :class:`Metrics`:
 
 - :mod:`astream.metrics.record`: one process's figures as a JSON-able record;
 - :mod:`astream.metrics.collect`: :class:`Metrics`, which bridges DataLoader workers' records
-  to the main process through files, logs a summary line, and serves an endpoint;
+  to the main process through files, logs a summary line, serves an endpoint, hands out a
+  ``prometheus_client`` collector and the OpenTelemetry instruments;
+- :mod:`astream.metrics.families`: the catalogue of metric families (names, kinds, labels)
+  and their values for one rank, which every exporter translates;
 - :mod:`astream.metrics.prometheus`: the text exposition and the HTTP endpoint;
+- :mod:`astream.metrics.otel`: OpenTelemetry observable instruments (``astream[otel]``);
 - :mod:`astream.metrics.registry`: the per-node directory where ``astream top`` finds jobs.
 """
 

@@ -15,8 +15,11 @@ The main process also writes its own record there every ``interval`` seconds (``
 on by default), so that ``astream top`` sees the whole job from the files alone. With
 ``prometheus_port`` (or :meth:`Metrics.serve`) the main process serves the same records in the
 Prometheus text format (:mod:`astream.metrics.prometheus`): one scrape per rank sees all its
-workers. Nothing of this exists without a ``Metrics``: the dataset itself starts no thread and
-opens no port; its counters are plain int adds.
+workers. :meth:`Metrics.collector` hands the same families to a ``prometheus_client`` registry,
+and ``otel=`` to OpenTelemetry (:mod:`astream.metrics.otel`); all three read
+:meth:`Metrics.families` (:mod:`astream.metrics.families`) when they are asked. Nothing of this
+exists without a ``Metrics``: the dataset itself starts no thread and opens no port; its
+counters are plain int adds.
 
 Limits, stated plainly: a running worker's figures are up to ``interval`` seconds old; a worker
 killed with SIGKILL loses what it counted since its last write; totals cover one node and one
@@ -37,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from astream.metrics import registry
+from astream.metrics.families import Family, families
 from astream.metrics.record import (
     COUNTERS,
     Record,
@@ -90,13 +94,35 @@ class _WorkerHook:
             self.chained(worker_id)
 
 
+class _Collector:
+    """``prometheus_client`` collector (its ``collect()`` protocol) over ``Metrics.families``."""
+
+    def __init__(self, metrics: Metrics, counter: Any, gauge: Any) -> None:
+        self.metrics = metrics
+        self.kinds = {"counter": counter, "gauge": gauge}
+
+    def collect(self) -> Any:
+        if self.metrics.closed:
+            return
+        for fam in self.metrics.families():
+            out = self.kinds[fam.kind](fam.name, fam.help, labels=list(fam.labels))
+            for labels, value in fam.samples:
+                out.add_metric([labels[k] for k in fam.labels], value)
+            yield out
+
+    def describe(self) -> Any:
+        return []  # no families at registration: prometheus_client then skips the name check
+
+
 class Metrics:
     """Counters of a dataset across the main process and its DataLoader workers.
 
     ``m = Metrics(ds)``; ``StreamingDataLoader(ds, ..., worker_init_fn=m.worker_init_fn)``;
     ``m.snapshot()`` any time; ``m.start_logging(30)`` for a log line every 30 s;
-    ``prometheus_port=9400`` (or ``m.serve(9400)``) for a Prometheus endpoint; ``m.close()``
-    (or ``with Metrics(ds) as m:``) at the end.
+    ``prometheus_port=9400`` (or ``m.serve(9400)``) for a Prometheus endpoint;
+    ``otel=True`` (the global MeterProvider) or ``otel=provider`` for OpenTelemetry
+    instruments (:mod:`astream.metrics.otel`); ``m.collector()`` for ``prometheus_client``;
+    ``m.close()`` (or ``with Metrics(ds) as m:``) at the end.
 
     ``announce`` (default True) makes the job visible to ``astream top`` on this node (the
     main process writes its record every ``interval`` s); ``runtime_dir`` overrides where
@@ -104,6 +130,7 @@ class Metrics:
     """
 
     cache_scan_every = 5.0  # seconds between two scans of the cache directory (occupancy)
+    closed = False
 
     def __init__(
         self,
@@ -114,6 +141,7 @@ class Metrics:
         prometheus_host: str = "127.0.0.1",
         announce: bool = True,
         runtime_dir: str | None = None,
+        otel: Any = False,
     ) -> None:
         from astream.errors import ConfigError
 
@@ -132,6 +160,16 @@ class Metrics:
         self.interval = float(interval)
         self.rank = int(os.environ.get("RANK", "0") or 0)
         self.runtime_dir = runtime_dir
+        self.otel: Any = None
+        want_otel = otel is not False and otel is not None
+        if want_otel:
+            from astream.metrics.otel import import_api
+
+            if otel is not True and not callable(getattr(otel, "get_meter", None)):
+                raise ConfigError(
+                    f"otel must be True (the global MeterProvider) or a MeterProvider, got {otel!r}"
+                )
+            import_api("otel")  # a ConfigError before anything starts if it is missing
         registry.prune(runtime_dir)
         self.directory = registry.new_job_dir(runtime_dir)
         self._stop = threading.Event()
@@ -140,6 +178,10 @@ class Metrics:
         self._cache: tuple[float, dict[str, Any]] | None = None
         self.exporter: Any = None
         self._write_job()
+        if want_otel:
+            from astream.metrics.otel import OtelBridge
+
+            self.otel = OtelBridge(self.families, None if otel is True else otel)
         if announce:
             self._publisher = threading.Thread(
                 target=self._publish_loop, name="astream-metrics", daemon=True
@@ -221,11 +263,31 @@ class Metrics:
             if self._stop.wait(self.interval):
                 return
 
+    def families(self) -> list[Family]:
+        """Every metric family of this rank, read now (what each exporter ships)."""
+        return families(self.records(), rank=self.rank, streams=self.streams())
+
     def prometheus_text(self) -> str:
         """The Prometheus exposition of this rank (what the endpoint serves)."""
-        from astream.metrics.prometheus import render
+        from astream.metrics.prometheus import text
 
-        return render(self.records(), rank=self.rank, streams=self.streams())
+        return text(self.families())
+
+    def collector(self) -> Any:
+        """A ``prometheus_client`` collector of this rank's families, for an application
+        that already serves ``prometheus_client`` metrics:
+        ``prometheus_client.REGISTRY.register(metrics.collector())``. Unregister it before
+        :meth:`close` (after it, it reports nothing)."""
+        try:
+            from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        except ImportError as exc:
+            from astream.errors import ConfigError
+
+            raise ConfigError(
+                "Metrics.collector() needs prometheus_client, which is not installed: "
+                "pip install prometheus-client (or use prometheus_port=, which needs nothing)"
+            ) from exc
+        return _Collector(self, CounterMetricFamily, GaugeMetricFamily)
 
     def serve(self, port: int = 0, host: str = "127.0.0.1") -> str:
         """Serve :meth:`prometheus_text` at ``http://host:port/metrics``; returns the URL.
@@ -281,6 +343,9 @@ class Metrics:
     def close(self) -> None:
         """Stop the endpoint and the threads, and remove the job's directory."""
         self._stop.set()
+        self.closed = True
+        if self.otel is not None:
+            self.otel.close()
         if self.exporter is not None:
             self.exporter.close()
             self.exporter = None

@@ -36,6 +36,7 @@ class Stats:
         self.stream_samples: list[int] = []  # per stream (sized by the engine when 2+ streams)
         self.stream_bytes: dict[str, int] = {}  # bytes fetched per remote root
         self.live: Any = None  # weak refs to the running iteration's (Prefetcher, Lookahead)
+        self._stream_of: tuple[Any, list[int]] | None = None  # (shard_stream, as a list)
 
     def snapshot(self) -> dict[str, float]:
         return asdict(self)
@@ -47,10 +48,15 @@ class Stats:
         self.stream_bytes[key] = self.stream_bytes.get(key, 0) + n
 
     def count_streams(self, groups: Sequence[Any], shard_stream: Any) -> None:
-        """Add a decoded batch's samples to their streams (``groups``: ``batch_groups``)."""
-        per = self.stream_samples
+        """Add a decoded batch's samples to their streams (``groups``: ``batch_groups``).
+        ``shard_stream`` (the catalog's array) is read through a plain list made once: a
+        numpy scalar per group cost more than the rest of the count."""
+        table = self._stream_of
+        if table is None or table[0] is not shard_stream:
+            table = self._stream_of = (shard_stream, list(map(int, shard_stream)))
+        of, per = table[1], self.stream_samples
         for s, positions, _ in groups:
-            per[shard_stream[s]] += len(positions)
+            per[of[s]] += len(positions)
 
 
 class Stopwatch:
