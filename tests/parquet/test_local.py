@@ -209,3 +209,28 @@ def test_published_index_serves_a_fresh_cache(
     os.utime(os.path.join(root, "part-3.parquet"), ns=(1, 1))
     with pytest.raises(FormatError, match=r"part-3\.parquet: changed since"):
         pq_ds(root, fresh("other"))
+
+
+def test_direct_dataset_arguments(pq_table: Any, fresh: Any) -> None:
+    """format/columns/files on StreamingDataset itself build the single Parquet stream."""
+    root, rows = pq_table
+    ds = StreamingDataset(remote=root, local=fresh(), format="parquet", columns=["label", "txt"],
+                          batch_size=4)  # fmt: skip
+    got = list(ds)
+    assert [list(s) for s in got[:1]] == [["label", "txt"]]
+    assert [s["label"] for s in got] == list(range(170))
+    assert [s["txt"] for s in got] == [r["txt"] for r in rows]
+    assert ds.streams[0].format == "parquet" and ds.streams[0].columns == ["label", "txt"]
+    only = StreamingDataset(local=root, format="parquet", files=["part-3.parquet"],
+                            columns=["label"], batch_size=1)  # fmt: skip
+    assert [s["label"] for s in only] == list(range(160, 170))
+    with pytest.raises(ConfigError, match=r"format must be one of \('mds', 'parquet'\), got 'orc'"):
+        StreamingDataset(local=root, format="orc", batch_size=1)
+    with pytest.raises(ConfigError, match="columns is for format='parquet'"):
+        StreamingDataset(local=root, columns=["label"], batch_size=1)
+    with pytest.raises(ConfigError, match=r"format: these build the single stream"):
+        StreamingDataset(streams=[Stream(local=root, format="parquet")], format="parquet",
+                         batch_size=1)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"stream_config sets \['format'\]"):
+        StreamingDataset(local=root, format="parquet", stream_config={"format": "parquet"},
+                         batch_size=1)  # fmt: skip
