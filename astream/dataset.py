@@ -270,7 +270,7 @@ def _with_format(kw: dict[str, Any]) -> dict[str, Any] | None:
             "give them to each Stream"
         )
     if not isinstance(config, dict) and config is not None:
-        return config  # type: ignore[no-any-return]  (resolve_steps refuses it by name)
+        return config  # type: ignore[no-any-return]  # resolve_steps refuses it by name
     clash = sorted(set(config or {}) & set(given))
     if clash:
         raise ConfigError(f"stream_config sets {clash}, which StreamingDataset's own arguments "
