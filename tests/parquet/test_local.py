@@ -234,3 +234,27 @@ def test_direct_dataset_arguments(pq_table: Any, fresh: Any) -> None:
     with pytest.raises(ConfigError, match=r"stream_config sets \['format'\]"):
         StreamingDataset(local=root, format="parquet", stream_config={"format": "parquet"},
                          batch_size=1)  # fmt: skip
+
+
+def test_shuffled_epoch_decodes_each_row_group_once(
+    tmp_path: Any, fresh: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shuffle moves between many row groups (40 here, more than the reader keeps open):
+    each is decoded once per process, not once per visit."""
+    from astream.runtime import parquet_read
+
+    root = str(tmp_path / "many")
+    write_table(root, [(200, 5)])  # 40 row groups in one file
+    decoded: list[str] = []
+    real = parquet_read.decode_row_group
+
+    def counting(path: str, shard: Any, entry: Any) -> Any:
+        decoded.append(entry.raw_data.basename)
+        return real(path, shard, entry)
+
+    monkeypatch.setattr(parquet_read, "decode_row_group", counting)
+    monkeypatch.setattr(parquet_read, "_decoded", parquet_read.OrderedDict())
+    monkeypatch.setattr(parquet_read, "_decoded_bytes", 0)
+    ds = pq_ds(root, fresh(), shuffle=True, shuffle_block_size=200, columns=["label"])
+    assert sorted(x["label"] for x in ds) == list(range(200))
+    assert len(decoded) == 40 and len(set(decoded)) == 40
