@@ -15,6 +15,10 @@ four row groups per file) and as MDS by astream's writer with the same shard siz
 moto behind the shaping proxy (benchmarks/servers.py, benchmarks/proxy.py) with ``--latency-ms``
 per request.
 
+The Hugging Face venv is made once by hand (``datasets`` conflicts with the peers' venv):
+``python -m venv .bench/hf-venv && .bench/hf-venv/bin/pip install datasets s3fs torch==2.13.0``
+(the project's CPU torch build). Without it the ``hf-parquet`` side is skipped and said so.
+
 Sides, each a fresh process (astream in this python; litdata in the peers' venv, with polars and
 pyarrow added; Hugging Face ``datasets`` in its own venv when ``--hf-python`` exists -- it does
 not install cleanly into the peers' venv, see docs/parquet.md), run interleaved (A B C D A B C D
