@@ -218,6 +218,21 @@ def side_index(spec: dict[str, Any]) -> dict[str, Any]:
         out[f"{phase}_s"] = time.perf_counter() - t0
         out["files"] = len({e.source.key for e in ds.catalog.entries})  # type: ignore[attr-defined]
         out["rows"] = len(ds)
+    # the floor of a warm start: listing the prefix alone, with astream's store
+    from astream.runtime import bridge
+    from astream.storage import open_store
+
+    async def listing() -> float:
+        store = open_store(spec["remote"])
+        t0 = time.perf_counter()
+        try:
+            async for _ in store.list(""):
+                pass
+            return time.perf_counter() - t0
+        finally:
+            await store.aclose()
+
+    out["list_s"] = bridge.run(listing())
     return out
 
 
@@ -509,6 +524,7 @@ def main() -> int:
         "files": a.index_files,
         "cold_s": _median(ix, "cold_s"),
         "warm_s": _median(ix, "warm_s"),
+        "list_only_s": _median(ix, "list_s"),
         "raw_sdk_get_all_s": _median(raw_ix, "seconds"),
         "errors": [r.get("reason") for r in ix if r.get("status") != "ok"],
     }
