@@ -178,6 +178,8 @@ def test_warm_start_reads_no_footer_and_changed_file_is_refused(
     # a new file is indexed (only its footer is read); the others still come from the cache
     write_table(root, [(5, 5)], prefix="zz", start=500)
     assert len(pq_ds(root, local)) == 175 and reads == ["zz-0.parquet"]
+    reads.clear()  # ... and the cached index now holds it: the next start reads no footer
+    assert len(pq_ds(root, local)) == 175 and reads == []
     # a file rewritten in place under the cached index: refused, naming it
     pq.write_table(pq.read_table(os.path.join(root, "part-1.parquet")).slice(0, 10),
                    os.path.join(root, "part-1.parquet"))  # fmt: skip
