@@ -241,6 +241,34 @@ def _skip(batches: Iterator[np.ndarray[Any, Any]], n: int) -> Iterator[np.ndarra
     yield from batches
 
 
+def _with_format(kw: dict[str, Any]) -> dict[str, Any] | None:
+    """``stream_config`` with the dataset's ``format``/``columns``/``files`` added (they build
+    the single stream of ``remote``/``local``); a clash or a use with ``streams`` is refused."""
+    from astream.stream import FORMATS
+
+    if kw["format"] not in FORMATS:
+        raise ConfigError(f"format must be one of {FORMATS}, got {kw['format']!r}")
+    config = kw["stream_config"]
+    given = {k: kw[k] for k in ("columns", "files") if kw[k] is not None}
+    if kw["format"] != "mds":
+        given["format"] = kw["format"]
+    if not given:
+        return config  # type: ignore[no-any-return]
+    names = ", ".join(sorted(given))
+    if kw["streams"] is not None:
+        raise ConfigError(
+            f"{names}: these build the single stream of `remote`/`local`; with `streams`, "
+            "give them to each Stream"
+        )
+    if not isinstance(config, dict) and config is not None:
+        return config  # type: ignore[no-any-return]  # resolve_steps refuses it by name
+    clash = sorted(set(config or {}) & set(given))
+    if clash:
+        raise ConfigError(f"stream_config sets {clash}, which StreamingDataset's own arguments "
+                          "of the same name set; give them once")  # fmt: skip
+    return {**(config or {}), **given}
+
+
 class StreamingCore:
     """Stream MDS samples from ``remote`` (cached under ``local``) in a planned order.
 
@@ -263,6 +291,8 @@ class StreamingCore:
     iterate fixed-length sequences of ``pack_to`` tokens packed from the integer array column
     ``pack_column``, with ``position_ids`` and ``segment_ids``; ``pack_last`` ``"pad"`` (with
     ``pack_pad_id``) or ``"drop"`` for each consumer's trailing tokens (docs/batches.md).
+    ``format`` (``"mds"`` or ``"parquet"``), ``columns`` and ``files`` are ``Stream``'s, for
+    the single stream of ``remote``/``local`` (docs/parquet.md).
     """
 
     pack: Any = None  # a PackSpec with pack_to (astream.packing.setup; docs/batches.md)
@@ -303,6 +333,9 @@ class StreamingCore:
         pack_column: str = "input_ids",
         pack_last: str = "pad",
         pack_pad_id: int = 0,
+        format: str = "mds",
+        columns: list[str] | None = None,
+        files: list[str] | None = None,
     ) -> None:
         kw = dict(locals())
         del kw["self"]
@@ -372,7 +405,7 @@ class StreamingCore:
             kw["storage_options"],
             keep_zip=keep_zip,
             stream_name=kw["stream_name"],
-            stream_config=kw["stream_config"],
+            stream_config=_with_format(kw),
             streams_out=resolved_streams,
         )
         self.streams: list[Any] = resolved_streams

@@ -1,4 +1,5 @@
-"""``astream convert``: JSONL / CSV / Parquet / a folder / a Hugging Face dataset -> MDS.
+"""``astream convert``: JSONL / CSV / Parquet (a file, a directory or a remote prefix) / a
+folder / a Hugging Face dataset -> MDS.
 
 Theory of operation
 -------------------
@@ -36,9 +37,14 @@ _progress_q: Any = None
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("convert", help="convert JSONL/CSV/Parquet/folder/HF data to MDS")
-    p.add_argument("input", help="a .jsonl/.csv/.tsv/.parquet file, a folder, or a HF dataset dir")
+    p.add_argument(
+        "input",
+        help="a .jsonl/.csv/.tsv/.parquet file, a folder, a HF dataset dir, or a remote "
+        "Parquet prefix/object (s3://, gs://, azure://...)",
+    )
     p.add_argument("out", help="output directory or remote URL (s3://, gs://, az://...)")
     p.add_argument("--format", choices=["jsonl", "csv", "parquet", "folder", "huggingface"])
+    p.add_argument("--split", help="a Parquet table's split (Hugging Face layout: data/train-*)")
     p.add_argument("--columns", help="name:encoding,... (default: inferred from the data)")
     p.add_argument("--compression", help="zstd, zstd:7, gz, bz2, br, snappy (default none)")
     p.add_argument("--hashes", default="", help="comma-separated, e.g. xxh64,sha1")
@@ -137,8 +143,8 @@ def _run_workers(
 ) -> None:
     from astream.writer.merge import merge_index
 
-    n = args.workers
-    bounds = [total * k // n for k in range(n + 1)]
+    bounds = src.bounds(args.workers)
+    n = args.workers = len(bounds) - 1
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     opts = _writer_opts(args, exist_ok=True)
@@ -191,10 +197,12 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if getattr(args, "engine", "local") != "local":
+        if getattr(args, "split", None):
+            raise ConfigError(f"--split: only with --engine local, not --engine {args.engine}")
         from astream.cli.engines import run_engine
 
         return run_engine(args)
-    src = open_source(args.input, args.format)
+    src = open_source(args.input, args.format, getattr(args, "split", None))
     total = src.count()
     if total == 0:
         raise ConfigError(f"input: {src.path!r} has no rows")

@@ -47,6 +47,12 @@ class Source:
         """Columns the source fixes itself (a folder); None to infer from values."""
         return None
 
+    def bounds(self, n: int) -> list[int]:
+        """``n + 1`` row numbers cutting the rows into ``n`` contiguous non-empty ranges, one
+        per worker (``n`` <= ``count()``)."""
+        total = self.count()
+        return [total * k // n for k in range(n + 1)]
+
 
 class JsonlSource(Source):
     kind = "jsonl"
@@ -142,6 +148,137 @@ class ParquetSource(ArrowBatches):
         return iter(self._file().iter_batches(batch_size=1024))
 
 
+class ParquetTableSource(ArrowBatches):
+    """A table of ``*.parquet`` objects: a remote prefix (``s3://``, ``gs://``, ``azure://``...),
+    one remote object, or a local directory. The footers are read by ranged GETs, concurrently,
+    when the source opens (that gives ``count()`` without reading any data); ``rows`` then
+    fetches only the row groups its range overlaps, each as ranged GETs of its column chunks,
+    the next one while the current one is decoded. Picklable: a worker gets the footers too."""
+
+    kind = "parquet"
+    PREFETCH = 2  # row groups in flight while one is decoded
+
+    def __init__(self, path: str, split: str | None = None, files: list[str] | None = None):
+        super().__init__(path)
+        self.split = split
+        self.files = files
+        self.table = self._read_table()
+        self.nbytes = sum(f.size for f in self.table.files)
+
+    def _open(self) -> Any:
+        from astream.storage import open_store
+
+        return open_store(self.path)
+
+    def _read_table(self) -> Any:
+        from astream.runtime import bridge
+        from astream.runtime.parquet_index import build_table
+
+        async def go() -> Any:
+            store = self._open()
+            try:
+                table, _ = await build_table(store, files=self.files, split=self.split)
+                return table
+            finally:
+                await store.aclose()
+
+        return bridge.run(go())
+
+    def count(self) -> int:
+        return int(self.table.rows)
+
+    def bounds(self, n: int) -> list[int]:
+        """As ``Source.bounds``, each cut moved to the nearest row-group start, so that no
+        row group is fetched by two workers (fewer ranges when there are fewer groups)."""
+        starts = [0]
+        for f in self.table.files:
+            for rg in f.row_groups:
+                starts.append(starts[-1] + rg.rows)
+        total = starts[-1]
+        cuts = {0, total}
+        for k in range(1, n):
+            ideal = total * k / n
+            cuts.add(min(starts, key=lambda s: abs(s - ideal)))
+        return sorted(cuts)
+
+    def batches(self) -> Iterator[Any]:
+        for _, table in self._groups(0, self.count()):
+            yield from table.to_batches()
+
+    def rows(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
+        for pos, table in self._groups(start, stop):
+            lo, hi = max(start - pos, 0), min(stop - pos, table.num_rows)
+            yield from table.slice(lo, hi - lo).to_pylist()
+
+    def _groups(self, start: int, stop: int) -> Iterator[tuple[int, Any]]:
+        """(first row, decoded table) of each row group overlapping ``[start, stop)``; the
+        others are never fetched."""
+        from astream.runtime import bridge
+
+        todo: list[tuple[int, Any, int]] = []
+        pos = 0
+        for f in self.table.files:
+            for g, rg in enumerate(f.row_groups):
+                if pos + rg.rows > start and pos < stop:
+                    todo.append((pos, f, g))
+                pos += rg.rows
+        if not todo:
+            return
+        store = bridge.run(_opened(self._open))
+        futs: list[Any] = []
+        try:
+            for _, f, g in todo[: self.PREFETCH]:
+                futs.append(bridge.submit(_fetch_group(store, f, g)))
+            for k, (pos, f, g) in enumerate(todo):
+                data = futs[k].result()
+                futs[k] = None
+                if k + self.PREFETCH < len(todo):
+                    _, nf, ng = todo[k + self.PREFETCH]
+                    futs.append(bridge.submit(_fetch_group(store, nf, ng)))
+                yield pos, _decode_group(store.url_for(f.key), f, g, data)
+        finally:
+            for fut in futs:
+                if fut is not None:
+                    fut.cancel()
+            bridge.run(store.aclose())
+
+
+async def _opened(make: Callable[[], Any]) -> Any:
+    return make()  # stores are created on astream's loop thread
+
+
+def _group_ranges(f: Any, g: int) -> list[tuple[int, int]]:
+    from astream.core.parquet import merge_ranges
+
+    return merge_ranges([r for c in f.row_groups[g].chunks for r in c])
+
+
+async def _fetch_group(store: Any, f: Any, g: int) -> bytes:
+    """Every column chunk of row group ``g`` of ``f``, concatenated in object order."""
+    import asyncio
+
+    parts = await asyncio.gather(*(store.get_range(f.key, s, e) for s, e in _group_ranges(f, g)))
+    return b"".join(parts)
+
+
+def _decode_group(url: str, f: Any, g: int, data: bytes) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from astream.runtime.parquet_read import _ChunkFile, _file_metadata
+
+    ranges = tuple(_group_ranges(f, g))
+    if len(data) != sum(e - s for s, e in ranges):
+        raise FormatError(f"row group {g}: short read ({len(data)} bytes)", url)
+    source = _ChunkFile(memoryview(data), ranges, f.size, url)
+    try:
+        return pq.ParquetFile(source, metadata=_file_metadata(f), pre_buffer=False).read_row_group(
+            g, use_threads=False
+        )
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise FormatError(f"row group {g} cannot be decoded ({exc})", url) from None
+
+
 class HfDiskSource(ArrowBatches):
     kind = "huggingface"
 
@@ -228,12 +365,33 @@ class FolderSource(Source):
             yield row
 
 
-def open_source(path: str, fmt: str | None = None) -> Source:
+def _remote_table(url: str, fmt: str | None, split: str | None) -> Source:
+    """A remote input: a prefix of ``*.parquet`` objects, or one such object."""
+    if fmt not in (None, "parquet"):
+        raise ConfigError(f"--format: a remote input must be Parquet, got --format {fmt}")
+    head, _, name = url.rstrip("/").rpartition("/")
+    if name.endswith((".parquet", ".pq")) and "://" in head:
+        if split:
+            raise ConfigError("--split selects files under a prefix, not in one object")
+        return ParquetTableSource(head, files=[name])
+    return ParquetTableSource(url, split=split)
+
+
+def open_source(path: str, fmt: str | None = None, split: str | None = None) -> Source:
     """The reader for ``path``; ``fmt`` (jsonl, csv, parquet, folder, huggingface) overrides
-    detection by extension / layout."""
-    path = os.path.abspath(os.path.expanduser(path))
+    detection by extension / layout. A remote URL (``s3://``, ``gs://``, ``azure://``...) is a
+    Parquet prefix or object; so is a local directory with ``fmt="parquet"``. ``split``: only
+    that split's files of a Parquet table (the Hugging Face layouts, as ``Stream(split=)``)."""
+    if "://" in path and not path.startswith("file://"):
+        return _remote_table(path, fmt, split)
+    path = os.path.abspath(os.path.expanduser(path.removeprefix("file://")))
     if not os.path.exists(path):
         raise ConfigError(f"input: {path!r} does not exist")
+    if os.path.isdir(path) and fmt == "parquet":
+        return ParquetTableSource(path, split=split)
+    if split:
+        raise ConfigError("--split is for a Parquet table (a remote prefix, or a directory "
+                          "with --format parquet)")  # fmt: skip
     if fmt is None:
         ext = os.path.splitext(path)[1].lower()
         if os.path.isdir(path):

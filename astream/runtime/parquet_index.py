@@ -179,14 +179,15 @@ async def _objects(
     return [listed[k] for k in keys]
 
 
-def _read_cached(path: str) -> ParquetTable | None:
+def _read_cached(path: str) -> tuple[ParquetTable, bytes] | None:
+    """The cached index and its bytes (None: absent or damaged)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         return None
     try:
-        return parse_table(data, path)
+        return parse_table(data, path), data
     except FormatError:
         return None  # a damaged cache is rebuilt from the footers
 
@@ -265,9 +266,11 @@ async def load_parquet(
                 f"{store.url}: give this dataset its own `local`"
             )
     path = os.path.join(meta_dir(local), CACHE_NAME)
-    cached = _read_cached(path)
+    hit = _read_cached(path)
+    cached = None if hit is None else hit[0]
     table, read = await build_table(store, files=files, split=split, cached=cached)
-    data = dump_table(table)
+    # a warm start over the same files serialises nothing again: the cached bytes are its own
+    data = hit[1] if hit is not None and table.files == hit[0].files else dump_table(table)
     if cached is None or read or len(table.files) != len(cached.files):
         try:
             write_atomic(path, data, local)

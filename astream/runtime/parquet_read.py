@@ -16,8 +16,10 @@ and pyarrow reads it directly, still only the projected chunks.
 Decoded values follow MDS samples: binary stays ``bytes``, strings ``str``, numbers Python
 scalars, nulls ``None``, a list of numbers a NumPy array (a view into the row group's values),
 deeper nesting Python lists/dicts. A row group is decoded once into per-column lists; a
-:class:`RowGroupHandle` serves samples from them, and the decoded columns of the last few row
-groups are kept per process so re-opening one (a pinning consumer does) decodes nothing.
+:class:`RowGroupHandle` serves samples from them, and the decoded columns of recent row groups
+(up to ``DECODED_BYTES`` of them, at least the last ``KEEP_DECODED``) are kept per process, so
+re-opening one -- a shuffle moves between many row groups, a pinning consumer re-opens -- decodes
+nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from astream.runtime.fetch import RemoteShard
 
 __all__ = ["RowGroupHandle", "decode_row_group", "row_group_remote_shard"]
 
-KEEP_DECODED = 2  # decoded row groups kept per process
+KEEP_DECODED = 2  # decoded row groups always kept per process, whatever their size
+DECODED_BYTES = 512 << 20  # more are kept while their fetched bytes stay under this
 
 
 def row_group_remote_shard(
@@ -221,18 +224,26 @@ class RowGroupHandle:
             self._pin = None
 
 
-_decoded: OrderedDict[tuple[str, str], dict[str, list[Any]]] = OrderedDict()
+_decoded: OrderedDict[tuple[str, str], tuple[dict[str, list[Any]], int]] = OrderedDict()
+_decoded_bytes = 0
 
 
 def open_row_group(path: str, shard: RemoteShard, entry: RowGroupShard) -> RowGroupHandle:
-    """A handle on the row group, decoding it unless one of the last few decoded it."""
+    """A handle on the row group, decoding it unless it is among the recently decoded ones:
+    the last ``KEEP_DECODED``, and more while their fetched bytes (about their decoded size)
+    stay under ``DECODED_BYTES``. A shuffle reads samples of many row groups in turn; without
+    this, each group would be decoded again for nearly every sample."""
+    global _decoded_bytes
     key = (path, entry.raw_data.basename)
-    cols = _decoded.get(key)
-    if cols is None:
-        cols = decode_row_group(path, shard, entry)
-        _decoded[key] = cols
-        while len(_decoded) > KEEP_DECODED:
-            _decoded.popitem(last=False)
-    else:
+    hit = _decoded.get(key)
+    if hit is not None:
         _decoded.move_to_end(key)
+        return RowGroupHandle(hit[0])
+    cols = decode_row_group(path, shard, entry)
+    size = max(1, shard.files.raw_size)
+    _decoded[key] = (cols, size)
+    _decoded_bytes += size
+    while len(_decoded) > KEEP_DECODED and _decoded_bytes > DECODED_BYTES:
+        _, (_, old) = _decoded.popitem(last=False)
+        _decoded_bytes -= old
     return RowGroupHandle(cols)

@@ -178,6 +178,8 @@ def test_warm_start_reads_no_footer_and_changed_file_is_refused(
     # a new file is indexed (only its footer is read); the others still come from the cache
     write_table(root, [(5, 5)], prefix="zz", start=500)
     assert len(pq_ds(root, local)) == 175 and reads == ["zz-0.parquet"]
+    reads.clear()  # ... and the cached index now holds it: the next start reads no footer
+    assert len(pq_ds(root, local)) == 175 and reads == []
     # a file rewritten in place under the cached index: refused, naming it
     pq.write_table(pq.read_table(os.path.join(root, "part-1.parquet")).slice(0, 10),
                    os.path.join(root, "part-1.parquet"))  # fmt: skip
@@ -209,3 +211,52 @@ def test_published_index_serves_a_fresh_cache(
     os.utime(os.path.join(root, "part-3.parquet"), ns=(1, 1))
     with pytest.raises(FormatError, match=r"part-3\.parquet: changed since"):
         pq_ds(root, fresh("other"))
+
+
+def test_direct_dataset_arguments(pq_table: Any, fresh: Any) -> None:
+    """format/columns/files on StreamingDataset itself build the single Parquet stream."""
+    root, rows = pq_table
+    ds = StreamingDataset(remote=root, local=fresh(), format="parquet", columns=["label", "txt"],
+                          batch_size=4)  # fmt: skip
+    got = list(ds)
+    assert [list(s) for s in got[:1]] == [["label", "txt"]]
+    assert [s["label"] for s in got] == list(range(170))
+    assert [s["txt"] for s in got] == [r["txt"] for r in rows]
+    assert ds.streams[0].format == "parquet" and ds.streams[0].columns == ["label", "txt"]
+    only = StreamingDataset(local=root, format="parquet", files=["part-3.parquet"],
+                            columns=["label"], batch_size=1)  # fmt: skip
+    assert [s["label"] for s in only] == list(range(160, 170))
+    with pytest.raises(ConfigError, match=r"format must be one of \('mds', 'parquet'\), got 'orc'"):
+        StreamingDataset(local=root, format="orc", batch_size=1)
+    with pytest.raises(ConfigError, match="columns is for format='parquet'"):
+        StreamingDataset(local=root, columns=["label"], batch_size=1)
+    with pytest.raises(ConfigError, match=r"format: these build the single stream"):
+        StreamingDataset(streams=[Stream(local=root, format="parquet")], format="parquet",
+                         batch_size=1)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"stream_config sets \['format'\]"):
+        StreamingDataset(local=root, format="parquet", stream_config={"format": "parquet"},
+                         batch_size=1)  # fmt: skip
+
+
+def test_shuffled_epoch_decodes_each_row_group_once(
+    tmp_path: Any, fresh: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shuffle moves between many row groups (40 here, more than the reader keeps open):
+    each is decoded once per process, not once per visit."""
+    from astream.runtime import parquet_read
+
+    root = str(tmp_path / "many")
+    write_table(root, [(200, 5)])  # 40 row groups in one file
+    decoded: list[str] = []
+    real = parquet_read.decode_row_group
+
+    def counting(path: str, shard: Any, entry: Any) -> Any:
+        decoded.append(entry.raw_data.basename)
+        return real(path, shard, entry)
+
+    monkeypatch.setattr(parquet_read, "decode_row_group", counting)
+    monkeypatch.setattr(parquet_read, "_decoded", parquet_read.OrderedDict())
+    monkeypatch.setattr(parquet_read, "_decoded_bytes", 0)
+    ds = pq_ds(root, fresh(), shuffle=True, shuffle_block_size=200, columns=["label"])
+    assert sorted(x["label"] for x in ds) == list(range(200))
+    assert len(decoded) == 40 and len(set(decoded)) == 40

@@ -1,0 +1,107 @@
+"""``astream convert`` from a remote Parquet prefix (S3, GCS, Azure emulators) to MDS: exact
+rows in order, worker processes reading only their row groups, one object, a split, the
+progress bar, and the refusals."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+
+from astream import LocalDataset
+from astream.cli import main
+from astream.storage.sync import upload
+
+from .conftest import write_table
+
+COLUMNS = "label:int,score:float64,txt:json,tok:json,nest:json"
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: Any) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main([os.fspath(a) for a in argv])
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def _want(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(r["label"], r["score"], r["txt"], None if r["tok"] is None else r["tok"].tolist(),
+             r["nest"]) for r in rows]  # fmt: skip
+
+
+def _got(out: str) -> list[tuple[Any, ...]]:
+    return [(s["label"], float(s["score"]), s["txt"], s["tok"], s["nest"])
+            for s in LocalDataset(out)]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["s3", "gcs", "azure"])
+def test_remote_prefix_to_mds_exact_rows(
+    backend: str, pq_table: Any, tmp_path: Any, request: pytest.FixtureRequest, capsys: Any
+) -> None:
+    root, rows = pq_table
+    bucket = request.getfixturevalue(
+        {"s3": "s3_bucket", "gcs": "gcs_bucket", "azure": "azure_container"}[backend]
+    )
+    url = f"{bucket}/conv-{uuid.uuid4().hex[:8]}/"
+    upload(root, url)
+    out = str(tmp_path / "out")
+    code, stdout, err = _cli(capsys, "convert", url, out, "--columns", COLUMNS,
+                             "--size-limit", "2kb", "--progress")  # fmt: skip
+    assert code == 0, err
+    assert stdout.startswith("converted 170 samples (parquet) into ")
+    assert "170/170" in err and "MB/s" in err  # the progress bar, as for local inputs
+    assert _got(out) == _want(rows)
+    assert isinstance(LocalDataset(out)[0]["label"], (int, np.integer))
+
+
+def test_workers_one_object_split_and_refusals(
+    pq_table: Any, s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any, capsys: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    root, rows = pq_table
+    url = f"{s3_bucket}/conv-{uuid.uuid4().hex[:8]}"
+    upload(root, url)
+    # through the counting proxy: 3 workers read their ranges, each row group fetched once
+    proxy = make_proxy(s3_server.url)
+    monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
+    out = str(tmp_path / "w3")
+    code, _, err = _cli(capsys, "convert", url, out, "--columns", COLUMNS, "--workers", "3")
+    assert code == 0, err
+    assert _got(out) == _want(rows)
+    got = sorted(r for r in proxy.stats.ranges if r[0].endswith(".parquet"))
+    monkeypatch.setenv("S3_ENDPOINT_URL", s3_server.url)
+    from astream.cli.sources import ParquetTableSource, _group_ranges
+
+    want = []
+    for f in ParquetTableSource(url).table.files:
+        path = f"/{url.split('://', 1)[1]}/{f.key}"
+        want.append((path, f"bytes=0-{f.size - 1}"))  # the footer GET (files < 64 KiB)
+        for g in range(len(f.row_groups)):
+            want += [(path, f"bytes={s}-{e - 1}") for s, e in _group_ranges(f, g)]
+    assert got == sorted(want)  # footers once (the workers read none), each row group once
+    # one object
+    one = str(tmp_path / "one")
+    code, stdout, err = _cli(capsys, "convert", f"{url}/part-2.parquet", one, "--columns",
+                             COLUMNS)  # fmt: skip
+    assert code == 0, err and stdout.startswith("converted 80 samples")
+    assert _got(one) == _want(rows[80:160])
+    # a Hugging Face split under a prefix
+    hf = str(tmp_path / "hf")
+    train = write_table(os.path.join(hf, "data"), [(20, 8), (15, 8)], prefix="train")
+    write_table(os.path.join(hf, "data"), [(9, 4)], prefix="test", start=1000)
+    hf_url = f"{s3_bucket}/hf-{uuid.uuid4().hex[:8]}"
+    upload(hf, hf_url)
+    sp = str(tmp_path / "sp")
+    code, _, err = _cli(capsys, "convert", hf_url, sp, "--split", "train", "--columns", COLUMNS)
+    assert code == 0, err
+    assert _got(sp) == _want(train)
+    # refusals, one line each
+    code, _, err = _cli(capsys, "convert", url, str(tmp_path / "x"), "--format", "jsonl")
+    assert code != 0 and "--format: a remote input must be Parquet, got --format jsonl" in err
+    code, _, err = _cli(capsys, "convert", f"{s3_bucket}/nothing-here/", str(tmp_path / "y"))
+    assert code != 0 and "no *.parquet objects under" in err
+    code, _, err = _cli(capsys, "convert", root, str(tmp_path / "z"), "--split", "train")
+    assert code != 0 and "--split is for a Parquet table" in err
