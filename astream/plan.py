@@ -357,7 +357,7 @@ def _config_args(base: dict[str, Any], shuffle: str, nodes: int = 1) -> dict[str
 
 
 def _pick_model(plan: Any, world: World, model: str) -> str:
-    runs_ok = getattr(plan, "_ref_ids", None) is None and plan.batching_method == "random"
+    runs_ok = not plan.reference and plan.batching_method == "random"
     if model == "exact" or not runs_ok:
         return "exact"
     if model == "runs":
@@ -386,7 +386,7 @@ def node_runs(plan: Any, world: World, node: int) -> tuple[I64, I64, I64]:
     """(first step, last step, shard) of every run of ``node`` in one epoch, sorted by first
     step (the *runs* model of the module docstring). ``plan``: an astream-order (or unshuffled)
     plan with ``batching_method="random"``."""
-    if getattr(plan, "_ref_ids", None) is not None or plan.batching_method != "random":
+    if plan.reference or plan.batching_method != "random":
         raise ConfigError("node_runs: only for shuffle 'none'/'astream', batching 'random'")
     sub = plan._subs[0]  # the one SubPlan of batching_method="random"
     ncn, pn = sub.ncn, world.num_nodes

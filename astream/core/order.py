@@ -511,6 +511,8 @@ def _stratum_counts(stratum: int, weights: NDArray[np.float64], chosen: I64) -> 
 class EpochPlan:
     """The planned global sequence of one epoch, and how it is dealt (see module docstring)."""
 
+    reference = False  # True for the reference's algorithms (their own plan classes below)
+
     def __init__(
         self,
         subs: list[SubPlan],
@@ -753,6 +755,8 @@ class _ReferencePlan(EpochPlan):
     is longer; the plan then reads positions in the layout of the World it last dealt to.
     """
 
+    reference = True
+
     def __init__(
         self,
         table: I64 | None,
@@ -867,6 +871,8 @@ class _ReferenceWorkPlan(EpochPlan):
     ``j`` is positions ``[j * GB, (j + 1) * GB)``, rank by rank, node-major; a resume position
     drops the whole global batches before it, as the reference.
     """
+
+    reference = True
 
     def __init__(
         self,

@@ -59,7 +59,8 @@ def test_runs_model_matches_exact_downloads(limit_shards: int) -> None:
     index = synthetic_index(400_000, 200)  # 2,000 samples, 2 MB per shard
     kw = dict(batch_size=16, nodes=2, ranks_per_node=2, workers=2, epochs=2,
               cache_limit=limit_shards * 2_048_000, cache_policy=("next_use", "lru"),
-              bandwidth_mbps=2000, latency_ms=10, step_ms=5)  # fmt: skip
+              bandwidth_mbps=2000, latency_ms=10, step_ms=5,
+              shuffles=("none", "astream"))  # fmt: skip
     exact = simulate_index(index, model="exact", **kw)
     runs = simulate_index(index, model="runs", **kw)
     assert [r.model for r in runs] == ["runs"] * 4 and [r.model for r in exact] == ["exact"] * 4
@@ -120,10 +121,18 @@ def test_every_shuffle_side_by_side_reads_what_the_plan_deals() -> None:
             assert fig.bytes == int(index.table.raw_bytes[sorted(want)].sum())
 
 
-def test_reference_shuffle_needs_num_canonical_nodes() -> None:
-    index = synthetic_index(1_000, 5)
-    with pytest.raises(ConfigError, match="num_canonical_nodes"):
-        simulate_index(index, batch_size=4, shuffles=["py1e"])
+def test_reference_shuffle_default_canonical_nodes_and_errors() -> None:
+    index = synthetic_index(4_000, 20)
+    # without num_canonical_nodes the reference's orders take its default for the planned
+    # nodes (the node count; 64 x nodes for py1s/py2s), as the dataset does; never runs
+    kw = dict(batch_size=4, nodes=2, ranks_per_node=2, cache_limit=4 * 200_000)
+    for algo, ncn in (("py1e", 2), ("py2s", 128)):
+        (a,) = simulate_index(index, shuffles=[algo], model="runs", **kw)
+        (b,) = simulate_index(index, shuffles=[algo], num_canonical_nodes=ncn, **kw)
+        (c,) = simulate_index(index, shuffles=[algo], num_canonical_nodes=2 * ncn, **kw)
+        figs = [[(f.bytes, f.downloads, f.high_water) for f in r.epochs] for r in (a, b, c)]
+        assert a.model == "exact" and figs[0] == figs[1] and a.quality == b.quality
+        assert (figs[0], a.quality) != (figs[2], c.quality)
     with pytest.raises(ConfigError, match="shuffles="):
         simulate_index(index, batch_size=4, shuffle=False)
     with pytest.raises(ConfigError, match="model"):
