@@ -219,7 +219,7 @@ def side_index(spec: dict[str, Any]) -> dict[str, Any]:
         out["files"] = len({e.source.key for e in ds.catalog.entries})  # type: ignore[attr-defined]
         out["rows"] = len(ds)
     # the floor of a warm start: listing the prefix alone, with astream's store
-    from astream.runtime import bridge
+    from astream import bridge
     from astream.storage import open_store
 
     async def listing() -> float:

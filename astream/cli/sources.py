@@ -171,7 +171,7 @@ class ParquetTableSource(ArrowBatches):
         return open_store(self.path)
 
     def _read_table(self) -> Any:
-        from astream.runtime import bridge
+        from astream import bridge
         from astream.runtime.parquet_index import build_table
 
         async def go() -> Any:
@@ -213,7 +213,7 @@ class ParquetTableSource(ArrowBatches):
     def _groups(self, start: int, stop: int) -> Iterator[tuple[int, Any]]:
         """(first row, decoded table) of each row group overlapping ``[start, stop)``; the
         others are never fetched."""
-        from astream.runtime import bridge
+        from astream import bridge
 
         todo: list[tuple[int, Any, int]] = []
         pos = 0
