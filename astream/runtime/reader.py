@@ -65,14 +65,19 @@ class OpenShard:
             raise FormatError(f"shard is {len(self._mm)} bytes, expected {offsets[-1]}", path)
         self._mv = memoryview(self._mm)
         self._off = offsets
-        self._arrays: tuple[Any, Any] | None = None
+        self._arrays: Any = None
         self.decode = decoder.decode
 
-    def arrays(self) -> tuple[Any, Any]:
-        """(the shard as uint8, its offsets as int64) for the columnar decoder (runtime/batch)."""
+    def buffer(self) -> Any:
+        """The shard as a uint8 array, for the columnar decoder (runtime/batch)."""
         if self._arrays is None:
-            self._arrays = (np.frombuffer(self._mm, np.uint8), np.asarray(self._off, np.int64))
+            self._arrays = np.frombuffer(self._mm, np.uint8)
         return self._arrays
+
+    def offsets_array(self) -> Any:
+        """Its sample offsets as int64 (built on each call: the columnar decoder needs them
+        once per shard and process)."""
+        return np.asarray(self._off, np.int64)
 
     def sample(self, i: int) -> dict[str, Any]:
         off = self._off
