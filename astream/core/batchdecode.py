@@ -40,6 +40,7 @@ Pure: stdlib + numpy.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -52,6 +53,7 @@ __all__ = [
     "Alloc",
     "ColumnBatch",
     "ColumnSpec",
+    "PREAD",
     "Layout",
     "RowStore",
     "batch_rows",
@@ -77,6 +79,7 @@ _SCALARS = {
 }  # fmt: skip
 _SMALL_FIXED = 16  # fixed columns of at most this many bytes are copied into the table
 _SMALL = 64  # mean bytes per segment at or below which one fancy-index copy beats a loop
+PREAD = 16384  # mean bytes per segment from which values are read with preadv, not the map
 
 
 def np_alloc(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
@@ -412,6 +415,28 @@ def _copy(
             dst[d : d + k] = bufs[w][s : s + k]
 
 
+def _pread(
+    dst: memoryview,
+    dsts: list[int],
+    srcs: list[int],
+    nbytes: list[int],
+    which: list[int] | None,
+    files: Sequence[Any],
+) -> None:
+    """The same as :func:`_copy`, read from the files (``files[w].fileno()``) with one
+    ``preadv`` per segment: the page cache is copied straight into ``dst``, and the shard's
+    pages are never mapped into this process (no page faults, no file pages in its PSS)."""
+    fds = [f.fileno() for f in files]
+    for j, (d, s, k) in enumerate(zip(dsts, srcs, nbytes)):
+        fd = fds[0] if which is None else fds[which[j]]
+        got = os.preadv(fd, [dst[d : d + k]], s)
+        while got < k:  # short read: go on from where it stopped; 0 means the file shrank
+            more = os.preadv(fd, [dst[d + got : d + k]], s + got)
+            if more <= 0:
+                raise FormatError(f"shard file ended inside a sample ({s + got} of {s + k})")
+            got += more
+
+
 def _copy_small(dst: U8, dsts: I64, src: U8, srcs: I64, nbytes: I64) -> None:
     """The same from one buffer as a single fancy-index copy (tiny segments)."""
     total = int(nbytes.sum())
@@ -434,6 +459,7 @@ class ColumnBatch:
         rows: I64 | None = None,
         which: list[int] | None = None,
         bufs: list[U8] | None = None,
+        files: Sequence[Any] | None = None,
     ) -> None:
         if ragged not in RAGGED:
             raise ConfigError(f"ragged must be 'pad' or 'offsets', got {ragged!r}")
@@ -443,6 +469,7 @@ class ColumnBatch:
         self.rows = rows if rows is not None else np.zeros(0, np.int64)
         self.which = which
         self.bufs = bufs or []
+        self.files = files or []  # per buffer: what has ``fileno()`` (None: copy from bufs)
         self._views: list[memoryview] | None = None
         self._lens: dict[int, I64] = {}
 
@@ -524,14 +551,12 @@ class ColumnBatch:
         if self.which is None and int(nbytes.sum()) <= _SMALL * n:
             _copy_small(flat, dsts, self.bufs[0], srcs, nbytes)
             return
-        _copy(
-            memoryview(flat),  # type: ignore[arg-type]
-            dsts.tolist(),
-            srcs.tolist(),
-            nbytes.tolist(),
-            self.which,
-            self._views_of(),
-        )
+        args = (dsts.tolist(), srcs.tolist(), nbytes.tolist(), self.which)
+        dst = memoryview(flat)  # type: ignore[arg-type]
+        if self.files and int(nbytes.sum()) >= PREAD * n:
+            _pread(dst, *args, self.files)
+        else:
+            _copy(dst, *args, self._views_of())
 
     def _fixed(self, k: int, c: ColumnSpec, alloc: Alloc) -> np.ndarray[Any, Any]:
         assert c.dtype is not None and c.size is not None and self.store is not None

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from astream.core.batchdecode import (
+    PREAD,
     ColumnBatch,
     Layout,
     RowStore,
@@ -81,6 +82,7 @@ def locate_batch(
     first, store = layouts.store(groups[0][0])
     store.next_batch()
     bufs: list[Any] = []
+    files: list[OpenShard] = []
     bases: list[int] = []
     for s, _positions, _locals in groups:
         key, st = layouts.store(s)
@@ -94,8 +96,12 @@ def locate_batch(
         buf = h.buffer()
         base = store.base_of(s)
         if base is None:
-            base = store.add(s, shard_table(store.layout, buf, h.offsets_array()))
+            offsets = h.offsets_array()
+            base = store.add(s, shard_table(store.layout, buf, offsets))
+            if len(offsets) > 1 and offsets[-1] - offsets[0] >= PREAD * (len(offsets) - 1):
+                h.drop_pages()  # large values are read with preadv: no need to keep the map
         bufs.append(buf)
+        files.append(h)
         bases.append(base)
     which: list[int] | None = None
     if len(groups) == 1:
@@ -119,4 +125,4 @@ def locate_batch(
                 layouts.catalog.shards[s].url(),
             )
         raise AssertionError("a flagged sample passed its checks")  # pragma: no cover
-    return ColumnBatch(store, size, ragged, rows, which, bufs)
+    return ColumnBatch(store, size, ragged, rows, which, bufs, files)
