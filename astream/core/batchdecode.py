@@ -567,7 +567,7 @@ class ColumnBatch:
         if si >= 0:
             np.take(self.store.small[si], self.rows, axis=0, out=flat.reshape(n, c.size))
         else:
-            dsts = np.arange(0, n * c.size, c.size, dtype=np.int64)
+            dsts = np.arange(n, dtype=np.int64) * c.size
             self._fill(flat, dsts, k, np.full(n, c.size, np.int64))
         return arr
 
@@ -593,8 +593,8 @@ class ColumnBatch:
         width = int(count.max()) if self.size else 0
         padded = alloc((self.size, width), dt)
         padded.fill(0)
-        dsts = np.arange(0, self.size * width * item, width * item, dtype=np.int64)
-        self._fill(padded.reshape(-1).view(np.uint8), dsts[: self.size], k, nbytes)
+        dsts = np.arange(self.size, dtype=np.int64) * (width * item)
+        self._fill(padded.reshape(-1).view(np.uint8), dsts, k, nbytes)
         ln = alloc((self.size,), np.dtype(np.int64))
         ln[:] = count
         out[name], out[f"{name}_len"] = padded, ln
@@ -603,8 +603,7 @@ class ColumnBatch:
         nbytes = self._nbytes(k)
         width = max(1, int(nbytes.max()) if self.size else 1)
         raw = np.zeros((self.size, width), np.uint8)
-        dsts = np.arange(0, self.size * width, width, dtype=np.int64)
-        self._fill(raw.reshape(-1), dsts[: self.size], k, nbytes)
+        self._fill(raw.reshape(-1), np.arange(self.size, dtype=np.int64) * width, k, nbytes)
         as_bytes = raw.view(f"S{width}")[:, 0]
         try:
             if c.kind == "str_int":
