@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,11 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     h.do_write()
     h.do_physical()
     variants = [v for v in VARIANTS if v[0] in a.variants.split(",")]
+    if a.before:  # the same runner over another astream source tree (the code before a change)
+        variants += [
+            (f"{name}-before", lib, {**extra, "_pythonpath": str(a.before.resolve())})
+            for name, lib, extra in VARIANTS[:2]
+        ]
     for wl in h.a.workloads:
         for w in (int(x) for x in a.workers.split(",")):
             key = f"hot/{wl}/w{w}"
@@ -61,7 +68,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                 for name, lib, extra in variants:
                     spec = h.spec_for(lib, {"scenario": "epoch", "workload": wl, "cold": False})
                     spec.update(num_workers=w, **extra)
-                    r = h.run_one(lib, spec)
+                    path = spec.pop("_pythonpath", None)
+                    r = h.run_one(lib, spec) if path is None else _run_in(h, path, spec)
                     h.records.append({"key": key, "lib": name, "rep": rep, **r})
                     h.log(f"{key} {name} rep{rep}: {r.get('samples_per_s', r.get('reason'))}")
     meta = {
@@ -70,11 +78,27 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         "workloads": h.a.workloads,
         "workers": a.workers,
         "variants": [v[0] for v in variants],
+        "before": str(a.before) if a.before else None,
         "batch_size": a.batch_size,
         "wall_s": time.perf_counter() - t0,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     return {"meta": meta, **summarize(h.records), "records": h.records}
+
+
+def _run_in(h: Harness, root: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The astream runner with ``root`` as working directory and import path: its astream
+    package, and a copy of this tree's benchmarks package (the same harness code)."""
+    here = Path(__file__).resolve().parent
+    shutil.copytree(here, Path(root) / "benchmarks", dirs_exist_ok=True)
+    cmd = [str(h.python["astream"]), "-m", "benchmarks.runners.astream", json.dumps(spec)]
+    env = {**h.env, "PYTHONPATH": root}
+    p = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            out: dict[str, Any] = json.loads(line[len("RESULT ") :])
+            return out
+    return {"status": "error", "reason": f"exit {p.returncode}: {p.stderr[-500:]}"}
 
 
 def _med(res: dict[str, Any], key: str, lib: str, metric: str) -> float | None:
@@ -145,6 +169,12 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(v[0] for v in VARIANTS))
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--work", type=Path, default=Path(".bench/work"))
+    ap.add_argument(
+        "--before",
+        type=Path,
+        help="a directory holding another astream package (e.g. `git archive OLD astream`): "
+        "adds astream-before and astream-batch-before, run from it",
+    )
     ap.add_argument("--out", type=Path, default=Path(".bench/batches"))
     a = ap.parse_args()
     res = run(a)
