@@ -255,7 +255,7 @@ def _array_header(
     hsize = (head - pos) + 1 + (1 << width)
     bad |= hsize > nb
     counts = np.zeros(n, np.int64)
-    for w in np.unique(width[~bad]).tolist():
+    for w in np.flatnonzero(np.bincount(width[~bad], minlength=4)).tolist():
         sel = (width == w) & ~bad
         counts[sel] = _le_uint(_gather(buf, head[sel] + 1, 1 << w))
     bad |= counts * item != nb - hsize
@@ -318,7 +318,7 @@ def _check_array(c: ColumnSpec, buf: U8, pos: I64, nb: I64, source: str) -> None
     if bool((hsize > nb).any()):
         raise FormatError(f"column {c.name!r}: ndarray shape does not fill its value", source)
     counts = np.empty(len(pos), np.int64)
-    for w in np.unique(width).tolist():
+    for w in np.flatnonzero(np.bincount(width, minlength=4)).tolist():
         sel = width == w
         counts[sel] = _le_uint(_gather(buf, head[sel] + 1, 1 << w))
     if not np.array_equal(counts * dt.itemsize, nb - hsize):
