@@ -1,55 +1,188 @@
-"""Hot-epoch throughput of sample dicts vs column batches (w=0), tokens and images.
+"""Hot epochs with column batches beside sample dicts, mosaic and litdata, on the same data.
 
-Run: python -m benchmarks.bench_batches OUT.json  (prints medians; writes raw reps)."""
+    python -m benchmarks.bench_batches --scale 0.25 --reps 3 --out benchmarks/results/DIR
+
+Uses the main harness (``benchmarks/run.py``): each library writes the workloads (tokens,
+images) in its own format, the page-cache-warm sequential read of those files is measured, then
+for ``num_workers`` 0 and 2 one shuffled epoch per fresh process, interleaved per repetition:
+``astream`` (sample dicts through the shared collate, as in the main harness),
+``astream-batch`` (``StreamingDataLoader(batch_format="torch", ragged="offsets")``: column
+batches, decoded in the worker's shared-memory slot with workers), ``mosaic`` and ``lit`` (their
+loaders with the shared collate). Every run reports samples/s, payload MB/s and the peak RSS and
+PSS of its process tree (``benchmarks/runners/rss.py``). Writes ``results.json`` (every run and
+the medians) and ``report.md`` (medians, ratios of astream-batch to each other loader, MB/s as a
+share of the sequential read).
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
-import statistics
-import sys
-import tempfile
+import shutil
+import subprocess
 import time
+from pathlib import Path
+from typing import Any
 
-import numpy as np
+from benchmarks.report import summarize
+from benchmarks.run import Harness, parse_args
 
-from astream import MDSWriter, StreamingDataset
+VARIANTS = (  # (name in the results, runner, extra spec)
+    ("astream", "astream", {}),
+    ("astream-batch", "astream", {"batch_format": "torch"}),
+    ("mosaic", "mosaic", {}),
+    ("lit", "lit", {}),
+)
+METRICS = (("samples_per_s", True), ("mb_per_s", True), ("peak_pss_mb", False))
 
 
-def write(path: str, kind: str, n: int) -> None:
-    rng = np.random.default_rng(0)
-    cols = (
-        {"ids": "ndarray:uint16", "label": "int"}
-        if kind == "tokens"
-        else {"img": "bytes", "label": "int"}
+def run(a: argparse.Namespace) -> dict[str, Any]:
+    h = Harness(
+        parse_args(
+            [
+                f"--scale={a.scale}",
+                f"--reps={a.reps}",
+                f"--workloads={a.workloads}",
+                f"--work={a.work}",
+                f"--batch-size={a.batch_size}",
+                "--libs=astream,mosaic,lit",
+                "--scenarios=write,physical,hot",
+            ]
+        )
     )
-    with MDSWriter(out=path, columns=cols, size_limit=1 << 24) as w:
-        for i in range(n):
-            if kind == "tokens":
-                w.write({"ids": rng.integers(0, 60000, 1250).astype(np.uint16), "label": i})
-            else:
-                w.write({"img": rng.bytes(100_000), "label": i})
+    h.a.reps = 1  # one write per library; the epochs repeat
+    t0 = time.perf_counter()
+    h.prepare()
+    h.do_write()
+    h.do_physical()
+    variants = [v for v in VARIANTS if v[0] in a.variants.split(",")]
+    if a.before:  # the same runner over another astream source tree (the code before a change)
+        variants += [
+            (f"{name}-before", lib, {**extra, "_pythonpath": str(a.before.resolve())})
+            for name, lib, extra in VARIANTS[:2]
+        ]
+    for wl in h.a.workloads:
+        for w in (int(x) for x in a.workers.split(",")):
+            key = f"hot/{wl}/w{w}"
+            for rep in range(a.reps):
+                for name, lib, extra in variants:
+                    spec = h.spec_for(lib, {"scenario": "epoch", "workload": wl, "cold": False})
+                    spec.update(num_workers=w, **extra)
+                    path = spec.pop("_pythonpath", None)
+                    r = h.run_one(lib, spec) if path is None else _run_in(h, path, spec)
+                    h.records.append({"key": key, "lib": name, "rep": rep, **r})
+                    h.log(f"{key} {name} rep{rep}: {r.get('samples_per_s', r.get('reason'))}")
+    meta = {
+        "scale": a.scale,
+        "reps": a.reps,
+        "workloads": h.a.workloads,
+        "workers": a.workers,
+        "variants": [v[0] for v in variants],
+        "before": str(a.before) if a.before else None,
+        "batch_size": a.batch_size,
+        "wall_s": time.perf_counter() - t0,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    return {"meta": meta, **summarize(h.records), "records": h.records}
+
+
+def _run_in(h: Harness, root: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The astream runner with ``root`` as working directory and import path: its astream
+    package, and a copy of this tree's benchmarks package (the same harness code)."""
+    here = Path(__file__).resolve().parent
+    shutil.copytree(here, Path(root) / "benchmarks", dirs_exist_ok=True)
+    cmd = [str(h.python["astream"]), "-m", "benchmarks.runners.astream", json.dumps(spec)]
+    env = {**h.env, "PYTHONPATH": root}
+    p = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            out: dict[str, Any] = json.loads(line[len("RESULT ") :])
+            return out
+    return {"status": "error", "reason": f"exit {p.returncode}: {p.stderr[-500:]}"}
+
+
+def _med(res: dict[str, Any], key: str, lib: str, metric: str) -> float | None:
+    m = res["figures"].get(key, {}).get(lib, {}).get(metric)
+    return None if m is None else float(m["median"])
+
+
+def report(res: dict[str, Any]) -> str:
+    meta = res["meta"]
+    names = meta["variants"]
+    lines = [
+        "# Column batches beside sample dicts and the peers (hot, page cache warm)",
+        "",
+        f"scale {meta['scale']}, batch {meta['batch_size']}, medians of {meta['reps']} "
+        f"interleaved repetitions, {meta['date']}. Ratios: astream-batch / other, oriented so "
+        ">1 means astream-batch is better.",
+        "",
+    ]
+    others = [n for n in names if n != "astream-batch"]
+    head = ["case", "metric", *names, *[f"batch vs {n}" for n in others]]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(k for k in res["figures"] if k.startswith("hot/")):
+        for metric, higher in METRICS:
+            vals = {n: _med(res, key, n, metric) for n in names}
+            row = [key, metric, *[f"{v:,.1f}" if v is not None else "-" for v in vals.values()]]
+            b = vals.get("astream-batch")
+            for n in others:
+                o = vals[n]
+                ok = b is not None and o is not None and b > 0 and o > 0
+                row.append(f"{(b / o if higher else o / b):.2f}x" if ok else "-")  # type: ignore[operator]
+            lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Sequential read of each library's files (page cache warm), MB/s, and hot MB/s "
+              "as a share of it:", ""]  # fmt: skip
+    for key, by in sorted(res["figures"].items()):
+        if not key.startswith("physical/seqread/"):
+            continue
+        wl = key.rsplit("/", 1)[1]
+        for lib, m in sorted(by.items()):
+            seq = m.get("mb_per_s", {}).get("median")
+            if not seq:
+                continue
+            shares = []
+            for w in meta["workers"].split(","):
+                for n in names:
+                    if n.split("-")[0] != lib:
+                        continue
+                    v = _med(res, f"hot/{wl}/w{w}", n, "mb_per_s")
+                    if v is not None:
+                        shares.append(f"{n} w{w} {100 * v / seq:.1f}%")
+            lines.append(f"- {wl}, {lib}'s files: {seq:,.0f} MB/s; " + ", ".join(shares))
+    bad = [
+        f"- `{k}` {lib}: {st[:200]}"
+        for k, by in sorted(res["status"].items())
+        for lib, st in sorted(by.items())
+        if st != "ok"
+    ]
+    if bad:
+        lines += ["", "Runs that failed (not in the medians):", "", *bad]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    out: dict[str, list[float]] = {}
-    for kind, n in (("tokens", 20_000), ("images", 2_000)):
-        path = tempfile.mkdtemp() + "/" + kind
-        write(path, kind, n)
-        ds = StreamingDataset(local=path, batch_size=32, shuffle=True)
-        for _rep in range(3):
-            for mode in ("dicts", "batches"):
-                ds.set_epoch(0)
-                t = time.perf_counter()
-                if mode == "dicts":
-                    k = sum(1 for _ in ds)
-                else:
-                    k = sum(len(b["label"]) for b in ds.batches(ragged="offsets"))
-                assert k == n
-                out.setdefault(f"{kind}/{mode}", []).append(n / (time.perf_counter() - t))
-    for key, v in out.items():
-        print(f"{key}: median {statistics.median(v):,.0f} samples/s over {len(v)} reps")
-    with open(sys.argv[1], "w") as f:
-        json.dump(out, f, indent=1)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_batches")
+    ap.add_argument("--scale", type=float, default=0.25)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--workloads", default="tokens,images")
+    ap.add_argument("--workers", default="0,2")
+    ap.add_argument("--variants", default=",".join(v[0] for v in VARIANTS))
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--work", type=Path, default=Path(".bench/work"))
+    ap.add_argument(
+        "--before",
+        type=Path,
+        help="a directory holding another astream package (e.g. `git archive OLD astream`): "
+        "adds astream-before and astream-batch-before, run from it",
+    )
+    ap.add_argument("--out", type=Path, default=Path(".bench/batches"))
+    a = ap.parse_args()
+    res = run(a)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "results.json").write_text(json.dumps(res, indent=1, sort_keys=True))
+    text = report(res)
+    (a.out / "report.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

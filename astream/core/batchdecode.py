@@ -3,20 +3,24 @@
 Theory of operation
 -------------------
 An MDS sample is ``u32 lengths of the variable-size columns | column values in column
-order``. For a set of samples of one shard (a *group*), everything about where each column's
-value lies follows from the sample offsets and those lengths, so it is computed for all the
-samples at once with numpy: one gather reads the length headers, cumulative sums give every
-column's start. Nothing is decoded per sample.
+order``. Where each column's value lies follows from the sample offsets and those lengths, so
+it is computed with numpy for **every sample of a shard at once**, the first time a batch
+touches that shard (:func:`shard_table`): the length headers by one gather, every column's
+start by cumulative sums, the header of each dynamic-shape ndarray parsed vectorised, and the
+values of small fixed-size columns (scalars) copied out. A sample that fails a check is not an
+error yet: it is flagged, and only a batch that contains it raises (with the message the
+sample-by-sample checks give, :func:`check_group`).
 
-Decoding a batch is two phases so that the output can be allocated once, at its final size,
-by the caller's allocator (private numpy memory, or a worker's shared-memory slot):
+The tables of the shards in use live in one :class:`RowStore` (rows of all of them back to
+back), so a batch, whatever the number of shards it spans, is one array of row numbers. Then
+decoding is two phases, so that the output can be allocated once at its final size by the
+caller's allocator (private numpy memory, or a worker's shared-memory slot):
 
-1. :meth:`ColumnBatch.add` (per group): locate each column's bytes in the group's shard buffer
-   -- starts and byte lengths, and for ndarray columns with a shape header, the payload after
-   it (header parsed vectorised, its counts checked against the lengths).
+1. :class:`ColumnBatch` (locate): the batch's rows, and which mapped shard each one reads.
 2. :meth:`ColumnBatch.finish`: lengths in batch order give each output's shape; the allocator
-   is asked for every array; then one offsets-driven copy per column and group fills them.
-   A fixed-size column is that same copy with a constant length (a gather).
+   is asked for every array; a scalar column is one ``np.take`` from the table, any other
+   column one offsets-driven copy: a loop of ``memcpy``\\ s (memoryview slices), one per
+   sample, with no Python object per sample kept.
 
 Column kinds and what a batch holds (``ragged`` = ``"pad"`` or ``"offsets"``):
 
@@ -36,7 +40,8 @@ Pure: stdlib + numpy.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,20 +49,37 @@ import numpy as np
 from astream.core.encodings import NDARRAY_DTYPE_CODES, get_coder
 from astream.errors import ConfigError, FormatError
 
-__all__ = ["Alloc", "ColumnBatch", "ColumnSpec", "batch_rows", "column_specs", "np_alloc"]
+__all__ = [
+    "Alloc",
+    "ColumnBatch",
+    "ColumnSpec",
+    "PREAD",
+    "Layout",
+    "RowStore",
+    "batch_rows",
+    "check_group",
+    "column_specs",
+    "np_alloc",
+    "shard_table",
+]
 
 I64 = np.ndarray[Any, np.dtype[np.int64]]
 U8 = np.ndarray[Any, np.dtype[np.uint8]]
 Alloc = Callable[[tuple[int, ...], np.dtype[Any]], np.ndarray[Any, Any]]
 RAGGED = ("pad", "offsets")
 _CODE_DTYPES = {code: np.dtype(name) for name, code in NDARRAY_DTYPE_CODES.items()}
+_CODE_ITEMSIZE = np.zeros(256, np.int64)  # 0: not a dtype code
+for _code, _dt in _CODE_DTYPES.items():
+    _CODE_ITEMSIZE[_code] = _dt.itemsize
 _SCALARS = {
     "int": np.dtype("<i8"),
     **{n: np.dtype(n).newbyteorder("<") for n in (
         "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
         "float16", "float32", "float64")},
 }  # fmt: skip
+_SMALL_FIXED = 16  # fixed columns of at most this many bytes are copied into the table
 _SMALL = 64  # mean bytes per segment at or below which one fancy-index copy beats a loop
+PREAD = 16384  # mean bytes per segment from which values are read with preadv, not the map
 
 
 def np_alloc(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
@@ -105,6 +127,37 @@ def column_specs(
     return out
 
 
+class Layout:
+    """The columns of one shard layout and where each keeps its per-sample table entries:
+    ``small[k]`` (index into the small-value tables) for fixed columns of at most
+    ``_SMALL_FIXED`` bytes, else ``start[k]`` (column of the start table), and for untyped
+    ndarray columns ``code[k]`` (column of the dtype-code table)."""
+
+    def __init__(self, specs: list[ColumnSpec]) -> None:
+        self.specs = specs
+        self.nvar = sum(1 for c in specs if c.var_index >= 0)
+        self.fixed = sum(c.size or 0 for c in specs)
+        self.small: list[int] = []
+        self.start: list[int] = []
+        self.code: list[int] = []
+        ns = nst = nc = 0
+        for c in specs:
+            if c.kind == "fixed" and (c.size or 0) <= _SMALL_FIXED:
+                self.small.append(ns)
+                self.start.append(-1)
+                ns += 1
+            else:
+                self.small.append(-1)
+                self.start.append(nst)
+                nst += 1
+            if c.kind == "array" and c.dtype is None:
+                self.code.append(nc)
+                nc += 1
+            else:
+                self.code.append(-1)
+        self.nsmall, self.nstart, self.ncode = ns, nst, nc
+
+
 def _gather(buf: U8, starts: I64, width: int) -> U8:
     """``(n, width)`` bytes of ``buf`` from each start."""
     out: U8 = buf[starts[:, None] + np.arange(width, dtype=np.int64)]
@@ -117,124 +170,338 @@ def _le_uint(b: U8) -> I64:
     return np.ascontiguousarray(b).view(f"<u{k}")[:, 0].astype(np.int64)
 
 
-def copy_segments(dst: U8, dst_starts: I64, src: U8, src_starts: I64, nbytes: I64) -> None:
-    """``dst[d:d+k] = src[s:s+k]`` for every (d, s, k): one fancy-index copy when segments are
-    small, else one slice copy each (a memcpy)."""
-    n = len(nbytes)
-    if n == 0:
-        return
+class ShardTable:
+    """Per-sample table of one shard (see :func:`shard_table`)."""
+
+    __slots__ = ("bad", "code", "lens", "n", "small", "start")
+
+    def __init__(
+        self, n: int, small: list[U8], start: I64, lens: I64, code: U8, bad: np.ndarray[Any, Any]
+    ) -> None:
+        self.n = n
+        self.small = small  # per small fixed column: (n, size) raw bytes
+        self.start = start  # (n, nstart): byte start of each other column's payload
+        self.lens = lens  # (n, nvar): payload bytes of each variable column
+        self.code = code  # (n, ncode): dtype code of each untyped ndarray column
+        self.bad = bad  # (n,) bool: the sample fails a check (check_group says which)
+
+
+def shard_table(layout: Layout, buf: U8, offsets: I64) -> ShardTable:
+    """Where every column of every sample of a shard lies (``offsets``: the shard's ``n + 1``
+    sample offsets, already checked to be increasing and inside ``buf``)."""
+    n = len(offsets) - 1
+    size = len(buf)
+    begin = offsets[:-1].astype(np.int64, copy=False)
+    length = offsets[1:] - begin
+    nvar = layout.nvar
+    bad = np.zeros(n, bool)
+    if nvar:
+        bad |= length < 4 * nvar
+        if size < 4 * nvar:
+            bad[:] = True
+        at = np.where(bad, 0, begin)
+        lens = np.ascontiguousarray(_gather(buf, at, 4 * nvar)).view("<u4").astype(np.int64)
+        lens[bad] = 0
+    else:
+        lens = np.zeros((n, 0), np.int64)
+    bad |= (4 * nvar + layout.fixed + lens.sum(axis=1)) != length
+    lens[bad] = 0
+    start = np.zeros((n, layout.nstart), np.int64)
+    code = np.zeros((n, layout.ncode), np.uint8)
+    small: list[U8] = []
+    pos = begin + 4 * nvar
+    for k, c in enumerate(layout.specs):
+        fixed = c.var_index < 0
+        nb = np.full(n, c.size, np.int64) if fixed else lens[:, c.var_index].copy()
+        if c.kind == "array":
+            hsize = _array_header(c, buf, pos, nb, bad, code, layout.code[k])
+            start[:, layout.start[k]] = pos + hsize
+            lens[:, c.var_index] = np.where(bad, 0, nb - hsize)
+        elif layout.small[k] >= 0:
+            width = int(c.size or 0)
+            if width == 0 or size < width:
+                small.append(np.zeros((n, width), np.uint8))
+            else:
+                small.append(_gather(buf, np.where(bad | (pos + width > size), 0, pos), width))
+        else:
+            start[:, layout.start[k]] = pos
+        pos = pos + nb
+    start[bad] = 0
+    lens[bad] = 0
+    return ShardTable(n, small, start, lens, code, bad)
+
+
+def _array_header(
+    c: ColumnSpec, buf: U8, pos: I64, nb: I64, bad: np.ndarray[Any, Any], code: U8, ci: int
+) -> I64:
+    """Header bytes of a dynamic-shape ndarray column for every sample; samples whose value is
+    not a 1-D array of the column's dtype filling its bytes are flagged in ``bad``."""
+    n = len(pos)
+    untyped = c.dtype is None
+    bad |= nb < 2 + untyped
+    head = np.where(bad, 0, pos)
+    if untyped:
+        codes = buf[head] if n else np.zeros(0, np.uint8)
+        code[:, ci] = codes
+        item = _CODE_ITEMSIZE[codes]
+        bad |= item == 0
+        head = head + 1
+    else:
+        assert c.dtype is not None
+        item = np.full(n, c.dtype.itemsize, np.int64)
+    shape_byte = buf[np.where(bad, 0, head)] if n else np.zeros(0, np.uint8)
+    bad |= (shape_byte >> 2) != 1
+    width = (shape_byte & 3).astype(np.int64)
+    hsize = (head - pos) + 1 + (1 << width)
+    bad |= hsize > nb
+    counts = np.zeros(n, np.int64)
+    for w in np.flatnonzero(np.bincount(width[~bad], minlength=4)).tolist():
+        sel = (width == w) & ~bad
+        counts[sel] = _le_uint(_gather(buf, head[sel] + 1, 1 << w))
+    bad |= counts * item != nb - hsize
+    return np.where(bad, 0, hsize)
+
+
+def check_group(layout: Layout, buf: U8, offsets: I64, locals_: I64, source: str) -> None:
+    """Raise the error of the first failing check over samples ``locals_`` of a shard, in the
+    order a sample-by-sample reader meets them (the slow path, run only for a batch holding a
+    sample that :func:`shard_table` flagged)."""
+    begin = offsets[locals_]
+    length = offsets[locals_ + 1] - begin
+    nvar = layout.nvar
+    if nvar:
+        if bool((length < 4 * nvar).any()):
+            raise FormatError(f"a sample is shorter than its {nvar} length fields", source)
+        lens = np.ascontiguousarray(_gather(buf, begin, 4 * nvar)).view("<u4").astype(np.int64)
+    else:
+        lens = np.empty((len(begin), 0), np.int64)
+    want = 4 * nvar + layout.fixed + lens.sum(axis=1)
+    if not np.array_equal(want, length):
+        k = int(np.argmax(want != length))
+        raise FormatError(
+            f"sample is {int(length[k])} bytes but its column lengths add up to {int(want[k])}",
+            source,
+        )
+    pos = begin + 4 * nvar
+    for c in layout.specs:
+        nb = np.full(len(begin), c.size, np.int64) if c.var_index < 0 else lens[:, c.var_index]
+        if c.kind == "array" and len(pos):
+            _check_array(c, buf, pos, nb, source)
+        pos = pos + nb
+
+
+def _check_array(c: ColumnSpec, buf: U8, pos: I64, nb: I64, source: str) -> None:
+    if bool((nb < 2 + (c.dtype is None)).any()):
+        raise FormatError(f"column {c.name!r}: ndarray value too short", source)
+    head = pos
+    dt = c.dtype
+    if dt is None:
+        codes = buf[pos]
+        code = int(codes[0])
+        if bool((codes != code).any()) or code not in _CODE_DTYPES:
+            raise ConfigError(
+                f"column {c.name!r} ({c.encoding!r}): the values of one batch have "
+                "different or unknown dtypes; batch output needs one dtype per column "
+                "(iterate samples instead)"
+            )
+        dt = _CODE_DTYPES[code]
+        head = pos + 1
+    shape_byte = buf[head]
+    if bool(((shape_byte >> 2) != 1).any()):
+        raise ConfigError(
+            f"column {c.name!r} ({c.encoding!r}): only 1-D dynamic-shape arrays can be "
+            "batched (fix the shape in the encoding, e.g. 'ndarray:int32:4,8', or iterate "
+            "samples)"
+        )
+    width = (shape_byte & 3).astype(np.int64)
+    hsize = (head - pos) + 1 + (1 << width)
+    if bool((hsize > nb).any()):
+        raise FormatError(f"column {c.name!r}: ndarray shape does not fill its value", source)
+    counts = np.empty(len(pos), np.int64)
+    for w in np.flatnonzero(np.bincount(width, minlength=4)).tolist():
+        sel = width == w
+        counts[sel] = _le_uint(_gather(buf, head[sel] + 1, 1 << w))
+    if not np.array_equal(counts * dt.itemsize, nb - hsize):
+        raise FormatError(f"column {c.name!r}: ndarray shape does not fill its value", source)
+
+
+class RowStore:
+    """The tables of the shards in use, back to back: shard ``s``'s samples are rows
+    ``base[s] .. base[s] + n``. Grows by doubling; when more than ``max_shards`` shards are
+    held, the least recently used half is dropped and the rest compacted (between batches)."""
+
+    def __init__(self, layout: Layout, max_shards: int = 64) -> None:
+        self.layout = layout
+        self.max_shards = max_shards
+        self.base: dict[int, int] = {}
+        self.count: dict[int, int] = {}
+        self.used: dict[int, int] = {}  # shard -> last batch that touched it
+        self.nbad = 0  # flagged rows held
+        self.rows = 0
+        self.tick = 0
+        lay = layout
+        self.small = [np.zeros((0, int(c.size or 0)), np.uint8)
+                      for c, k in zip(lay.specs, lay.small) if k >= 0]  # fmt: skip
+        self.start = np.zeros((0, lay.nstart), np.int64)
+        self.lens = np.zeros((0, lay.nvar), np.int64)
+        self.code = np.zeros((0, lay.ncode), np.uint8)
+        self.bad = np.zeros(0, bool)
+
+    def next_batch(self) -> None:
+        """Called before a batch's shards are looked up: the only time rows may move."""
+        self.tick += 1
+        if len(self.base) > self.max_shards:
+            keep = sorted(self.base, key=self.used.__getitem__)[-(self.max_shards // 2) :]
+            parts = [(s, self.base[s], self.count[s]) for s in keep]
+            idx = (np.concatenate([np.arange(b, b + k) for _, b, k in parts])
+                   if parts else np.zeros(0, np.int64))  # fmt: skip
+            self.small = [a[idx] for a in self.small]
+            self.start, self.lens = self.start[idx], self.lens[idx]
+            self.code, self.bad = self.code[idx], self.bad[idx]
+            self.base, self.count, at = {}, {}, 0
+            for s, _, k in parts:
+                self.base[s], self.count[s] = at, k
+                at += k
+            self.used = {s: self.used[s] for s in keep}
+            self.rows = at
+            self.nbad = int(self.bad.sum())
+
+    def base_of(self, s: int) -> int | None:
+        b = self.base.get(s)
+        if b is not None:
+            self.used[s] = self.tick
+        return b
+
+    def add(self, s: int, t: ShardTable) -> int:
+        at, need = self.rows, self.rows + t.n
+        if need > len(self.bad):
+            cap = max(need, 2 * len(self.bad), 1024)
+
+            def grow(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+                out = np.zeros((cap, *a.shape[1:]), a.dtype)
+                out[:at] = a[:at]
+                return out
+
+            self.small = [grow(a) for a in self.small]
+            self.start, self.lens = grow(self.start), grow(self.lens)
+            self.code, self.bad = grow(self.code), grow(self.bad)
+        for dst, src in zip(self.small, t.small):
+            dst[at:need] = src
+        self.start[at:need] = t.start
+        self.lens[at:need] = t.lens
+        self.code[at:need] = t.code
+        self.bad[at:need] = t.bad
+        self.nbad += int(t.bad.sum())
+        self.rows = need
+        self.base[s], self.count[s], self.used[s] = at, t.n, self.tick
+        return at
+
+
+def _copy(
+    dst: memoryview,
+    dsts: list[int],
+    srcs: list[int],
+    nbytes: list[int],
+    which: list[int] | None,
+    bufs: Sequence[memoryview],
+) -> None:
+    """``dst[d:d+k] = bufs[w][s:s+k]`` for each segment (``which`` None: all from ``bufs[0]``)."""
+    if which is None:
+        b = bufs[0]
+        for d, s, k in zip(dsts, srcs, nbytes):
+            dst[d : d + k] = b[s : s + k]
+    else:
+        for d, s, k, w in zip(dsts, srcs, nbytes, which):
+            dst[d : d + k] = bufs[w][s : s + k]
+
+
+def _pread(
+    dst: memoryview,
+    dsts: list[int],
+    srcs: list[int],
+    nbytes: list[int],
+    which: list[int] | None,
+    files: Sequence[Any],
+) -> None:
+    """The same as :func:`_copy`, read from the files (``files[w].fileno()``) with one
+    ``preadv`` per segment: the page cache is copied straight into ``dst``, and the shard's
+    pages are never mapped into this process (no page faults, no file pages in its PSS)."""
+    fds = [f.fileno() for f in files]
+    for j, (d, s, k) in enumerate(zip(dsts, srcs, nbytes)):
+        fd = fds[0] if which is None else fds[which[j]]
+        got = os.preadv(fd, [dst[d : d + k]], s)
+        while got < k:  # short read: go on from where it stopped; 0 means the file shrank
+            more = os.preadv(fd, [dst[d + got : d + k]], s + got)
+            if more <= 0:
+                raise FormatError(f"shard file ended inside a sample ({s + got} of {s + k})")
+            got += more
+
+
+def _copy_small(dst: U8, dsts: I64, src: U8, srcs: I64, nbytes: I64) -> None:
+    """The same from one buffer as a single fancy-index copy (tiny segments)."""
     total = int(nbytes.sum())
     if total == 0:
         return
-    if total <= _SMALL * n:
-        before = np.cumsum(nbytes) - nbytes
-        step = np.arange(total, dtype=np.int64)
-        src_idx = np.repeat(src_starts - before, nbytes) + step
-        dst_idx = np.repeat(dst_starts - before, nbytes) + step
-        dst[dst_idx] = src[src_idx]
-        return
-    for d, s, k in zip(dst_starts.tolist(), src_starts.tolist(), nbytes.tolist()):
-        dst[d : d + k] = src[s : s + k]
-
-
-class _Group:
-    __slots__ = ("buf", "codes", "lens", "positions", "source", "starts")
-
-    def __init__(self, buf: U8, positions: I64, source: str) -> None:
-        self.buf = buf
-        self.positions = positions
-        self.source = source
-        self.starts: list[I64] = []  # per column: byte start of the payload
-        self.lens: list[I64] = []  # per column: payload bytes
-        self.codes: list[int | None] = []  # per column: the dtype code of an untyped ndarray
+    before = np.cumsum(nbytes) - nbytes
+    step = np.arange(total, dtype=np.int64)
+    dst[np.repeat(dsts - before, nbytes) + step] = src[np.repeat(srcs - before, nbytes) + step]
 
 
 class ColumnBatch:
-    """One batch being decoded: :meth:`add` each shard group, then :meth:`finish`."""
+    """One located batch: ``rows`` of ``store`` in batch order, row ``j`` read from mapped
+    shard ``bufs[which[j]]`` (``which`` None: one shard). :meth:`finish` decodes it."""
 
-    def __init__(self, specs: list[ColumnSpec], size: int, ragged: str) -> None:
+    def __init__(
+        self,
+        store: RowStore | None,
+        size: int,
+        ragged: str,
+        rows: I64 | None = None,
+        which: list[int] | None = None,
+        bufs: list[U8] | None = None,
+        files: Sequence[Any] | None = None,
+    ) -> None:
         if ragged not in RAGGED:
             raise ConfigError(f"ragged must be 'pad' or 'offsets', got {ragged!r}")
-        self.specs = specs
+        self.store = store
         self.size = size
         self.ragged = ragged
-        self.nvar = sum(1 for c in specs if c.var_index >= 0)
-        self.fixed = sum(c.size or 0 for c in specs)
-        self.groups: list[_Group] = []
+        self.rows = rows if rows is not None else np.zeros(0, np.int64)
+        self.which = which
+        self.bufs = bufs or []
+        self.files = files or []  # per buffer: what has ``fileno()`` (None: copy from bufs)
+        self._views: list[memoryview] | None = None
+        self._lens: dict[int, I64] = {}
 
-    def add(self, buf: U8, offsets: I64, positions: I64, locals_: I64, source: str) -> None:
-        """Locate every column of samples ``locals_`` (batch slots ``positions``) in ``buf``."""
-        g = _Group(buf, positions, source)
-        begin = offsets[locals_]
-        length = offsets[locals_ + 1] - begin
-        nvar = self.nvar
-        if nvar:
-            if bool((length < 4 * nvar).any()):
-                raise FormatError(f"a sample is shorter than its {nvar} length fields", source)
-            lens = np.ascontiguousarray(_gather(buf, begin, 4 * nvar)).view("<u4").astype(np.int64)
-        else:
-            lens = np.empty((len(begin), 0), np.int64)
-        want = 4 * nvar + self.fixed + lens.sum(axis=1)
-        if not np.array_equal(want, length):
-            k = int(np.argmax(want != length))
-            raise FormatError(
-                f"sample is {int(length[k])} bytes but its column lengths add up to {int(want[k])}",
-                source,
-            )
-        pos = begin + 4 * nvar
-        for c in self.specs:
-            nb = np.full(len(begin), c.size, np.int64) if c.var_index < 0 else lens[:, c.var_index]
-            start, code = pos, None
-            if c.kind == "array":
-                start, nb, code = self._array_payload(c, buf, pos, nb, source)
-            g.starts.append(start)
-            g.lens.append(nb)
-            g.codes.append(code)
-            pos = pos + (int(c.size or 0) if c.var_index < 0 else lens[:, c.var_index])
-        self.groups.append(g)
+    @property
+    def specs(self) -> list[ColumnSpec]:
+        return self.store.layout.specs if self.store is not None else []
 
-    @staticmethod
-    def _array_payload(
-        c: ColumnSpec, buf: U8, pos: I64, nb: I64, source: str
-    ) -> tuple[I64, I64, int | None]:
-        """Payload starts/bytes of a dynamic-shape ndarray column (1-D values only)."""
-        n = len(pos)
-        if n == 0:
-            return pos, nb, None
-        code = None
-        if bool((nb < 2 + (c.dtype is None)).any()):
-            raise FormatError(f"column {c.name!r}: ndarray value too short", source)
-        head = pos
-        dt = c.dtype
-        if dt is None:
-            codes = buf[pos]
-            code = int(codes[0])
-            if bool((codes != code).any()) or code not in _CODE_DTYPES:
-                raise ConfigError(
-                    f"column {c.name!r} ({c.encoding!r}): the values of one batch have "
-                    "different or unknown dtypes; batch output needs one dtype per column "
-                    "(iterate samples instead)"
-                )
-            dt = _CODE_DTYPES[code]
-            head = pos + 1
-        shape_byte = buf[head]
-        ndim = shape_byte >> 2
-        if bool((ndim != 1).any()):
+    def _nbytes(self, k: int) -> I64:
+        """Payload bytes of column ``k`` (variable or array) in batch order."""
+        got = self._lens.get(k)
+        if got is None:
+            assert self.store is not None
+            vi = self.store.layout.specs[k].var_index
+            got = self._lens[k] = self.store.lens[self.rows, vi]
+        return got
+
+    def _dtype_of(self, k: int, c: ColumnSpec) -> np.dtype[Any]:
+        if c.kind != "array":
+            return np.dtype(np.uint8)
+        if c.dtype is not None:
+            return c.dtype
+        assert self.store is not None
+        codes = self.store.code[self.rows, self.store.layout.code[k]]
+        if not len(codes):
+            return np.dtype(np.uint8)
+        first = int(codes[0])
+        if bool((codes != first).any()):
             raise ConfigError(
-                f"column {c.name!r} ({c.encoding!r}): only 1-D dynamic-shape arrays can be "
-                "batched (fix the shape in the encoding, e.g. 'ndarray:int32:4,8', or iterate "
-                "samples)"
+                f"column {c.name!r} ({c.encoding!r}): the values of one batch have "
+                "different dtypes; batch output needs one dtype per column"
             )
-        width = shape_byte & 3
-        counts = np.empty(n, np.int64)
-        for w in np.unique(width).tolist():
-            sel = width == w
-            counts[sel] = _le_uint(_gather(buf, head[sel] + 1, 1 << w))
-        hsize = (head - pos) + 1 + (1 << width.astype(np.int64))
-        payload = nb - hsize
-        if not np.array_equal(counts * dt.itemsize, payload):
-            raise FormatError(f"column {c.name!r}: ndarray shape does not fill its value", source)
-        return pos + hsize, payload, code
+        return _CODE_DTYPES[first]
 
     def nbytes_bound(self) -> int:
         """At least the bytes :meth:`finish` asks its allocator for (each array rounded up to
@@ -245,7 +512,7 @@ class ColumnBatch:
             if c.kind == "fixed":
                 total += n * (c.size or 0) + 64
                 continue
-            nbytes = self._lengths(k)
+            nbytes = self._nbytes(k)
             most = int(nbytes.max()) if n else 0
             if c.kind == "str":
                 total += 4 * n * max(1, most) + 64
@@ -266,35 +533,43 @@ class ColumnBatch:
             elif c.kind in ("str", "str_int", "str_float"):
                 out[c.name] = self._strings(k, c, alloc)
             else:
-                dt = c.dtype
-                if c.kind == "array" and dt is None:
-                    codes = {g.codes[k] for g in self.groups if len(g.positions)}
-                    if len(codes) > 1:
-                        raise ConfigError(
-                            f"column {c.name!r} ({c.encoding!r}): the values of one batch have "
-                            "different dtypes; batch output needs one dtype per column"
-                        )
-                    one = codes.pop() if codes else None
-                    dt = _CODE_DTYPES[one] if one is not None else np.dtype(np.uint8)
-                assert dt is not None
-                self._ragged(k, c.name, dt, alloc, out)
+                self._ragged(k, c.name, self._dtype_of(k, c), alloc, out)
         return out
 
-    def _fixed(self, k: int, c: ColumnSpec, alloc: Alloc) -> np.ndarray[Any, Any]:
-        assert c.dtype is not None and c.size is not None
-        arr = alloc((self.size, *c.shape), c.dtype)
-        flat = arr.reshape(-1).view(np.uint8)
-        for g in self.groups:
-            nb = g.lens[k]
-            copy_segments(flat, g.positions * c.size, g.buf, g.starts[k], nb)
-        return arr
+    def _views_of(self) -> list[memoryview]:
+        if self._views is None:
+            self._views = [memoryview(b) for b in self.bufs]  # type: ignore[arg-type]
+        return self._views
 
-    def _lengths(self, k: int) -> I64:
-        """Byte lengths of column ``k`` in batch order."""
-        lens = np.zeros(self.size, np.int64)
-        for g in self.groups:
-            lens[g.positions] = g.lens[k]
-        return lens
+    def _fill(self, flat: U8, dsts: I64, k: int, nbytes: I64) -> None:
+        """Copy column ``k``'s payloads of every row to ``flat[dsts[j]:]``."""
+        assert self.store is not None
+        srcs = self.store.start[self.rows, self.store.layout.start[k]]
+        n = len(srcs)
+        if n == 0:
+            return
+        if self.which is None and int(nbytes.sum()) <= _SMALL * n:
+            _copy_small(flat, dsts, self.bufs[0], srcs, nbytes)
+            return
+        args = (dsts.tolist(), srcs.tolist(), nbytes.tolist(), self.which)
+        dst = memoryview(flat)  # type: ignore[arg-type]
+        if self.files and int(nbytes.sum()) >= PREAD * n:
+            _pread(dst, *args, self.files)
+        else:
+            _copy(dst, *args, self._views_of())
+
+    def _fixed(self, k: int, c: ColumnSpec, alloc: Alloc) -> np.ndarray[Any, Any]:
+        assert c.dtype is not None and c.size is not None and self.store is not None
+        n = self.size
+        arr = alloc((n, *c.shape), c.dtype)
+        flat = arr.reshape(-1).view(np.uint8)
+        si = self.store.layout.small[k]
+        if si >= 0:
+            np.take(self.store.small[si], self.rows, axis=0, out=flat.reshape(n, c.size))
+        else:
+            dsts = np.arange(n, dtype=np.int64) * c.size
+            self._fill(flat, dsts, k, np.full(n, c.size, np.int64))
+        return arr
 
     def _ragged(
         self,
@@ -304,36 +579,31 @@ class ColumnBatch:
         alloc: Alloc,
         out: dict[str, np.ndarray[Any, Any]],
     ) -> None:
-        nbytes = self._lengths(k)
+        nbytes = self._nbytes(k)
         item = dt.itemsize
-        count = nbytes // item
+        count = nbytes // item if item != 1 else nbytes
         if self.ragged == "offsets":
             offs = alloc((self.size + 1,), np.dtype(np.int64))
             offs[0] = 0
             np.cumsum(count, out=offs[1:])
             values = alloc((int(offs[-1]),), dt)
-            flat = values.view(np.uint8)
-            for g in self.groups:
-                copy_segments(flat, offs[g.positions] * item, g.buf, g.starts[k], g.lens[k])
+            self._fill(values.view(np.uint8), offs[:-1] * item, k, nbytes)
             out[name], out[f"{name}_offsets"] = values, offs
             return
         width = int(count.max()) if self.size else 0
         padded = alloc((self.size, width), dt)
         padded.fill(0)
-        flat = padded.reshape(-1).view(np.uint8)
-        for g in self.groups:
-            copy_segments(flat, g.positions * (width * item), g.buf, g.starts[k], g.lens[k])
+        dsts = np.arange(self.size, dtype=np.int64) * (width * item)
+        self._fill(padded.reshape(-1).view(np.uint8), dsts, k, nbytes)
         ln = alloc((self.size,), np.dtype(np.int64))
         ln[:] = count
         out[name], out[f"{name}_len"] = padded, ln
 
     def _strings(self, k: int, c: ColumnSpec, alloc: Alloc) -> np.ndarray[Any, Any]:
-        nbytes = self._lengths(k)
+        nbytes = self._nbytes(k)
         width = max(1, int(nbytes.max()) if self.size else 1)
         raw = np.zeros((self.size, width), np.uint8)
-        flat = raw.reshape(-1)
-        for g in self.groups:
-            copy_segments(flat, g.positions * width, g.buf, g.starts[k], g.lens[k])
+        self._fill(raw.reshape(-1), np.arange(self.size, dtype=np.int64) * width, k, nbytes)
         as_bytes = raw.view(f"S{width}")[:, 0]
         try:
             if c.kind == "str_int":
@@ -343,8 +613,8 @@ class ColumnBatch:
             else:
                 res = np.char.decode(as_bytes, "utf-8")
         except (ValueError, OverflowError, UnicodeDecodeError) as exc:
-            src = self.groups[0].source if self.groups else "<batch>"
-            raise FormatError(f"column {c.name!r}: cannot decode value ({exc})", src) from None
+            msg = f"column {c.name!r}: cannot decode value ({exc})"
+            raise FormatError(msg, "<batch>") from None
         arr = alloc(res.shape, res.dtype)
         arr[...] = res
         return arr

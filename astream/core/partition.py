@@ -35,7 +35,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+# numpy.ma: np.unique imports it on its first call (~70 ms inside the first batch of every
+# process); imported with astream instead, DataLoader workers inherit it from the fork
 import numpy as np
+import numpy.ma
 from numpy.typing import NDArray
 
 from astream.core.mixing import PartialSelection, Pieces

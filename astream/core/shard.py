@@ -170,7 +170,10 @@ def _fixed_reader(enc: str, size: int) -> Callable[[memoryview, int], Any] | Non
         if len(shape) == 1:
             count = shape[0]
             return lambda mv, pos: np.frombuffer(mv, dtype, count, pos)
-        return lambda mv, pos: np.ndarray(shape, dtype, mv, pos)
+        count = int(np.prod(shape))
+        # frombuffer keeps the view (and so the map's export) alive; np.ndarray(buffer=mv)
+        # would keep only the mmap object, which the reader may then close under the array
+        return lambda mv, pos: np.frombuffer(mv, dtype, count, pos).reshape(shape)
     return None
 
 

@@ -52,7 +52,7 @@ class OpenShard:
     re-opening a shard -- which a pinning consumer does every batch -- costs one ``mmap``.
     """
 
-    __slots__ = ("_arrays", "_mm", "_mv", "_off", "_pin", "decode")
+    __slots__ = ("_arrays", "_fd", "_mm", "_mv", "_off", "_path", "_pin", "decode")
 
     def __init__(
         self, path: str, offsets: list[int], decoder: SampleDecoder | SplitDecoder
@@ -65,14 +65,37 @@ class OpenShard:
             raise FormatError(f"shard is {len(self._mm)} bytes, expected {offsets[-1]}", path)
         self._mv = memoryview(self._mm)
         self._off = offsets
-        self._arrays: tuple[Any, Any] | None = None
+        self._arrays: Any = None
+        self._path = path
+        self._fd = -1
         self.decode = decoder.decode
 
-    def arrays(self) -> tuple[Any, Any]:
-        """(the shard as uint8, its offsets as int64) for the columnar decoder (runtime/batch)."""
+    def buffer(self) -> Any:
+        """The shard as a uint8 array, for the columnar decoder (runtime/batch)."""
         if self._arrays is None:
-            self._arrays = (np.frombuffer(self._mm, np.uint8), np.asarray(self._off, np.int64))
+            self._arrays = np.frombuffer(self._mm, np.uint8)
         return self._arrays
+
+    def fileno(self) -> int:
+        """A descriptor of the shard file (opened on first use, closed with the shard): the
+        columnar decoder reads large values with ``preadv`` instead of through the map."""
+        if self._fd < 0:
+            self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+        return self._fd
+
+    def drop_pages(self) -> None:
+        """Unmap the pages of the shard touched so far (they stay in the page cache): the
+        columnar decoder calls this after reading the headers of a shard whose values it reads
+        with ``preadv``, so those pages do not count in this process's memory."""
+        try:
+            self._mm.madvise(mmap.MADV_DONTNEED)
+        except (AttributeError, OSError, ValueError):
+            pass  # no madvise on this platform: the pages simply stay mapped
+
+    def offsets_array(self) -> Any:
+        """Its sample offsets as int64 (built on each call: the columnar decoder needs them
+        once per shard and process)."""
+        return np.asarray(self._off, np.int64)
 
     def sample(self, i: int) -> dict[str, Any]:
         off = self._off
@@ -90,6 +113,9 @@ class OpenShard:
             self._mm.close()
         except BufferError:
             pass  # decoded arrays still view the map; it is unmapped when they go
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
         if self._pin is not None:
             self._pin.release()
             self._pin = None

@@ -24,6 +24,18 @@ def _api(module: str, name: str) -> Any:
         raise NotBuilt(f"{module}.{name}") from e
 
 
+def _as_collated(loader: Any) -> Any:
+    """Column batches under the names the shared collate gives (``offsets`` in bytes)."""
+    for b in loader:
+        pay = b["payload"]
+        yield {
+            "id": b["id"],
+            "label": b["label"],
+            "payload": pay,
+            "offsets": b["payload_offsets"] * pay.element_size(),
+        }
+
+
 class Astream(Adapter):
     name = "astream"
 
@@ -58,6 +70,15 @@ class Astream(Adapter):
 
     def loader(self, spec: dict[str, Any], ds: Any, num_workers: int) -> Any:
         loader_cls = _api("astream.torch.dataloader", "StreamingDataLoader")
+        if spec.get("batch_format"):  # column batches (benchmarks/bench_batches.py)
+            ld = loader_cls(
+                ds,
+                batch_size=spec["batch_size"],
+                num_workers=num_workers,
+                batch_format=spec["batch_format"],
+                ragged="offsets",
+            )
+            return _as_collated(ld)
         return loader_cls(
             ds, batch_size=spec["batch_size"], num_workers=num_workers, collate_fn=collate
         )

@@ -1,0 +1,75 @@
+"""The decode paths alone: hot epochs of ``ds`` (sample dicts) and ``ds.batches()`` (columns)
+in one process, no DataLoader, no collate; optionally beside another astream tree.
+
+    python -m benchmarks.bench_batch_decode DATA [DATA ...] --before DIR --reps 3 --out OUT.json
+
+Each (tree, path, dataset) runs in a fresh subprocess (interleaved, ``--reps`` rounds) that
+times ``--epochs`` shuffled epochs and reports samples/s of each; the figure of a run is its
+best epoch after the first (page faults and table builds of the first epoch excluded), the
+figure of a case the median over runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+CHILD = r"""
+import json, sys, time
+from astream import StreamingDataset
+path, mode, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ds = StreamingDataset(local=path, batch_size=32, shuffle=True, shuffle_seed=1234)
+out = []
+for e in range(epochs):
+    ds.set_epoch(0)
+    t = time.perf_counter()
+    if mode == "dicts":
+        k = sum(1 for _ in ds)
+    else:
+        k = sum(len(b["label"]) for b in ds.batches(ragged="offsets"))
+    out.append(k / (time.perf_counter() - t))
+print("RESULT " + json.dumps(out))
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_batch_decode")
+    ap.add_argument("data", nargs="+", type=Path, help="local MDS datasets")
+    ap.add_argument("--before", type=Path, help="a directory holding another astream package")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args()
+    here = Path(__file__).resolve().parent.parent
+    trees = {"now": here}
+    if a.before:
+        trees["before"] = a.before.resolve()
+    runs: dict[str, list[list[float]]] = {}
+    for _rep in range(a.reps):
+        for data in a.data:
+            for mode in ("dicts", "batches"):
+                for name, root in trees.items():
+                    env = {**os.environ, "PYTHONPATH": str(root)}
+                    cmd = [sys.executable, "-c", CHILD, str(data.resolve()), mode, str(a.epochs)]
+                    p = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+                    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+                    key = f"{data.name}/{mode}/{name}"
+                    if not line:
+                        print(key, "failed:", p.stderr[-300:])
+                        continue
+                    runs.setdefault(key, []).append(json.loads(line[-1][7:]))
+    medians = {k: statistics.median(max(r[1:] or r) for r in v) for k, v in runs.items()}
+    for k, v in medians.items():
+        print(f"{k:32} {v:>10,.0f} samples/s")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps({"runs": runs, "medians": medians, "args": vars(a)}, indent=1,
+                                default=str))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
