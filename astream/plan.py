@@ -31,14 +31,22 @@ each physical node and each epoch:
 2. **Cache.** The reads are replayed with the runtime's eviction rule
    (:func:`astream.core.eviction.victim_key`): :class:`astream.core.cachesim.CacheReplay`
    (exact) or :class:`~astream.core.cachesim.RunReplay` (runs). Downloads, bytes, re-downloads,
-   evictions, high-water mark, occupancy per step. The cache carries over between epochs.
-3. **Time** (with ``bandwidth_mbps``): the node's link moves one download at a time at the
-   bandwidth, each request paying ``latency_ms`` unless it overlaps an earlier transfer;
-   downloads of step ``u`` start when the consumer is ``lookahead`` steps before ``u`` (the
-   prefetch window); step ``u`` starts when the previous step has run ``step_ms`` and its
-   shards are in. Time to first batch is when step 0's shards are in; the stall share is the
-   time steps waited for data over the epoch's time. A model: concurrency inside the link,
-   decode time and the cache's room for prefetches are not in it.
+   evictions, high-water mark, occupancy per step. The cache carries over between epochs. In
+   the exact model a shard read at step ``u`` stays pinned over the next ``workers - 1`` steps
+   (each DataLoader worker pins the batch it decodes; the workers decode consecutive steps at
+   once); when only pinned shards are left, the oldest pin is waited for and evicted.
+3. **Time** (with ``bandwidth_mbps``): the node's link moves the bytes at the bandwidth.
+   *Opening*: every consumer starts at once, asking for its first batch and announcing its
+   prefetch window (``lookahead`` steps: ``predownload`` samples per worker), so the downloads
+   of steps ``0 .. max(workers, lookahead) - 1``, as many in step order as fit in
+   ``cache_limit`` together, share the link and arrive together after one ``latency_ms``:
+   time to first batch is that latency plus those bytes over the bandwidth. *After it*: one
+   download at a time, each request paying ``latency_ms`` unless it overlaps an earlier
+   transfer; downloads of step ``u`` start when the consumer is ``lookahead`` steps before
+   ``u``; step ``u`` starts when the previous step has run ``step_ms`` and its shards are in.
+   The stall share is the time later steps waited for data over the epoch's time (which
+   starts with the first batch's wait). A model: process start-up, decode time and the
+   DataLoader's hand-off are not in it.
 4. **Quality** (:mod:`astream.core.quality`) of rank 0's first ``quality_samples`` samples
    of epoch 0: distance from index order (0: index order, ~1: a full random permutation) and
    distinct shards per device batch.
@@ -99,6 +107,12 @@ EXACT_OVERCOMMIT = (
     "cache_limit is smaller than the shards read at one moment: the replay went {:,} bytes "
     "over it (the runtime then waits for room and re-downloads); raise cache_limit"
 )
+PIN_WAITS = (
+    "cache_limit is below the shards of the batches the workers decode at once: consumers "
+    "wait for each other's pins {:,} times, and which one gets room first depends on timing, "
+    "so real downloads vary from run to run and have measured up to ~1.3x these (docs/plan.md); "
+    "raise cache_limit"
+)
 _WINDOW_SAMPLES = 1 << 22  # node samples per step_uses call (bounds memory)
 
 
@@ -126,6 +140,7 @@ class EpochFigures:
     evictions: int
     high_water: int  # most bytes in the cache at once
     overcommit: int  # bytes over the limit when every cached shard was being read
+    waits: int = 0  # evictions that waited for a consumer's pin (see cachesim)
     first_batch_s: float | None = None
     stall_share: float | None = None
     bytes_by_step: I64 = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
@@ -264,12 +279,16 @@ def simulate_index(
             steps = node_steps(plan, world)
             for policy in policies:
                 if policy not in states:
-                    make = RunReplay if used == "runs" else CacheReplay
-                    first = make(footprint, cfg.cache_limit, policy)
+                    if used == "runs":
+                        first: Any = RunReplay(footprint, cfg.cache_limit, policy)
+                    else:  # the other workers' batches, decoded at once, hold their pins
+                        hold = (workers - 1) * plan.batch_size
+                        first = CacheReplay(footprint, cfg.cache_limit, policy, hold)
                     states[policy] = [first] * nodes
                 figs = _replay_epoch(
                     states[policy], reads, keys, e, steps, ticks, wire, bw,
-                    latency_ms / 1e3, step_ms / 1e3, lookahead,
+                    latency_ms / 1e3, step_ms / 1e3, lookahead, cfg.cache_limit,
+                    max(workers, lookahead),
                 )  # fmt: skip
                 per[policy].extend(figs)
             del plan, reads, keys
@@ -281,6 +300,9 @@ def simulate_index(
                 notes.append(RUNS_OVERCOMMIT)
             elif over:
                 notes.append(EXACT_OVERCOMMIT.format(over))
+            waits = sum(f.waits for f in figs)
+            if waits:
+                notes.append(PIN_WAITS.format(waits))
             results.append(PlanResult(shuffle, policy, figs, quality, used, notes))
     return results
 
@@ -466,6 +488,8 @@ def _replay_epoch(
     latency: float,
     step: float,
     lookahead: int,
+    limit: int | None = None,
+    opening: int = 1,
 ) -> list[EpochFigures]:
     """One epoch of every node: nodes with the same cache so far and the same reads (equal
     ``keys``) are replayed once; ``reads(node)`` gives a node's reads. ``state[node]``: its
@@ -490,7 +514,7 @@ def _replay_epoch(
         fig = _figures(rep, steps, ticks, epoch, wire)
         if bw is not None:
             fig.first_batch_s, fig.stall_share = _timeline(
-                fig.bytes_by_step, bw, latency, step, lookahead
+                fig.bytes_by_step, bw, latency, step, lookahead, limit, opening
             )
         for q in members:
             state[q] = replay
@@ -522,18 +546,39 @@ def _figures(rep: EpochReplay, steps: int, ticks: int, epoch: int, wire: I64) ->
         evictions=rep.evictions,
         high_water=rep.high_water,
         overcommit=rep.overcommit,
+        waits=rep.waits,
         bytes_by_step=by_step,
         occupancy_by_step=np.asarray(occ, np.int64),
     )
 
 
 def _timeline(
-    by_step: I64, bandwidth: float, latency: float, step: float, lookahead: int
+    by_step: I64,
+    bandwidth: float,
+    latency: float,
+    step: float,
+    lookahead: int,
+    limit: int | None = None,
+    opening: int = 1,
 ) -> tuple[float, float]:
-    """(time to first batch, stall share) of the model in the module docstring (3)."""
+    """(time to first batch, stall share) of the model in the module docstring (3).
+
+    The opening: at the start every consumer (DataLoader worker) asks for its first batch and
+    announces its whole prefetch window at once, so the downloads of the node's steps
+    ``0 .. opening-1`` -- as many, in step order, as the cache holds together (prefetches take
+    free room only) -- are on the link together. They share it: step 0's shards come in with
+    the rest, after one latency and all those bytes over the bandwidth."""
     need = np.flatnonzero(by_step)
     marks: list[int] = [0]  # steps whose start time is known exactly; between them, no stall
     starts: list[float] = [0.0]
+    burst = 0  # bytes of the opening downloads
+    opened = 0  # steps 0 .. opened-1 are in the opening
+    for nbytes in by_step[: max(1, opening)].tolist():
+        if limit is not None and burst and burst + nbytes > limit:
+            break
+        burst += nbytes
+        opened += 1
+    burst_done = latency + burst / bandwidth if burst else 0.0
     link = 0.0
     stall = 0.0
     first = 0.0
@@ -543,10 +588,13 @@ def _timeline(
         return starts[k] + (x - marks[k]) * step
 
     for u in need.tolist():
-        issue = start_of(u - lookahead) if u - lookahead > 0 else 0.0
-        size = float(by_step[u]) / bandwidth
-        ready = max(link + size, issue + latency + size)
-        link = ready
+        if u < opened:
+            ready = burst_done  # on the link together with the other opening downloads
+        else:
+            issue = start_of(u - lookahead) if u - lookahead > 0 else 0.0
+            size = float(by_step[u]) / bandwidth
+            ready = max(link + size, issue + latency + size)
+        link = max(link, ready)
         due = start_of(u)
         if u == 0:
             first = ready

@@ -8,21 +8,30 @@ previous epoch left it. The replay walks the pairs in step order, as the runtime
 
 - a shard read while absent is downloaded (its bytes counted) and then room is made, by
   evicting in the order of :func:`astream.core.eviction.victim_key` -- the same rule the
-  runtime applies (``eviction_order``) -- skipping shards read at the current tick (the
-  runtime's pins);
+  runtime applies (``eviction_order``) -- skipping pinned shards: those read at the current
+  tick or within ``hold`` ticks before it (the runtime's pins: each DataLoader worker pins the
+  shards of the batch it is decoding, and the workers decode consecutive steps at once, so the
+  planner passes ``hold`` = the steps of the other workers' batches);
+- when only pinned shards are left, the runtime's reservation waits for the least recently
+  used pin to go (that consumer finished its batch) and evicts that shard: the replay evicts
+  the held shards oldest read first (never those of the current tick) and counts them in
+  ``waits``;
 - next uses are computed within the epoch only, as the runtime's ``NodeFuture`` does, so a
   shard not read again this epoch ties with the rest and goes least recently used first.
 
 Every read is an event (one per rank batch and shard of the batch, so the work is per shard
-*of a batch*, never per sample); a shard is pinned only at the tick it is read.
+*of a batch*, never per sample); a shard is pinned from the tick it is read for ``hold`` ticks
+(``hold=0``: only at that tick).
 
 :class:`RunReplay` is the planner's fast model of the same cache: its input is *runs*
 ``(first step, last step, shard)`` (a shard read at every step of a stretch, e.g. a shuffle
 block), one event per run, the shard pinned for the whole run. Work O(runs log runs).
 
-What the runtime does that this does not model: prefetch (bytes are the same, only their
-timing moves), the short overlap of consumers of one step, and waits when every cached shard
-is pinned (the replay then goes over the limit and reports it in ``overcommit``).
+What the runtime does that this does not model: prefetch (it takes free room only, so bytes
+are the same, only their timing moves) and the timing of waits: which waiting consumer gets
+room first depends on the machine, so where the replay counts ``waits`` the runtime's downloads
+vary from run to run (docs/plan.md, "Measured"). With every cached shard read at the current
+tick the replay goes over the limit and reports it in ``overcommit``.
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ from astream.core.eviction import NEVER, victim_key
 
 __all__ = ["CacheReplay", "EpochReplay", "RunReplay"]
 
+NEVER_READ = -(1 << 62)  # the read tick of a shard not read this epoch (never pinned)
+
 I64 = NDArray[np.int64]
 
 
@@ -50,6 +61,7 @@ class EpochReplay:
     evictions: int = 0
     high_water: int = 0  # most bytes in the cache at once
     overcommit: int = 0  # bytes the replay had to go over the limit (all pinned)
+    waits: int = 0  # evictions of shards still pinned by the hold (consumers waited for them)
     dl_steps: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # tick of each download
     dl_shards: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # its shard
     occupancy: I64 = field(default_factory=lambda: np.zeros(0, np.int64))  # bytes after step
@@ -58,10 +70,13 @@ class EpochReplay:
 class CacheReplay:
     """The cache of one node across epochs (see module docstring)."""
 
-    def __init__(self, sizes: I64, limit: int | None, policy: str) -> None:
+    def __init__(self, sizes: I64, limit: int | None, policy: str, hold: int = 0) -> None:
+        if hold < 0:
+            raise ValueError(f"hold must be >= 0, got {hold}")
         self.sizes = np.asarray(sizes, np.int64)
         self.limit = limit
         self.policy = policy
+        self.hold = hold  # ticks a read keeps its shard pinned after its own tick
         self.present: dict[int, int] = {}  # shard -> last step read (global clock)
         self.usage = 0
         self.clock = 0  # steps of earlier epochs (the LRU clock runs on across epochs)
@@ -148,19 +163,36 @@ class CacheReplay:
     ) -> int:
         assert self.limit is not None
         present, sizes = self.present, self.sizes
+        since = t - self.hold  # reads at ticks >= since still pin their shard
         aside: list[tuple[tuple[float, float], int, int]] = []
         while usage > self.limit and heap:
             entry = heapq.heappop(heap)
             _, s, v = entry
             if version.get(s) != v or s not in present:
                 continue  # stale entry
-            if reading.get(s, -1) == t:
-                aside.append(entry)  # pinned: read at this very tick
+            if reading.get(s, NEVER_READ) >= since:
+                aside.append(entry)  # pinned: read at this tick or within the hold before
                 continue
             del present[s]
             version.pop(s, None)
             usage -= int(sizes[s])
             out.evictions += 1
+        if usage > self.limit and self.hold:
+            # every unpinned shard is gone: the runtime waits until the oldest pins go (the
+            # consumers behind finish their batches), then evicts those shards
+            older = sorted((reading[e[1]], i) for i, e in enumerate(aside) if reading[e[1]] != t)
+            gone = set()
+            for _, i in older:
+                if usage <= self.limit:
+                    break
+                s = aside[i][1]
+                del present[s]
+                version.pop(s, None)
+                usage -= int(sizes[s])
+                out.evictions += 1
+                out.waits += 1
+                gone.add(i)
+            aside = [e for i, e in enumerate(aside) if i not in gone]
         for entry in aside:
             heapq.heappush(heap, entry)
         if usage > self.limit:

@@ -7,7 +7,8 @@ from the environment) and a barrier after every batch, so the ranks advance in l
 data-parallel training (whose gradient all-reduce has the same effect). ``--step-ms``: a sleep
 per batch (a training step's compute); ``--max-batches``: stop after that many batches. Timing
 goes to ``--out``.<rank>.timing.json: the wait for the first batch (from ``iter(loader)``), the
-waits for the later ones, and the epoch's seconds, all ``time.perf_counter``.
+waits for the later ones, and the epoch's seconds, all ``time.perf_counter``; and
+``time.monotonic()`` when ``iter(loader)`` was called (``iter_monotonic``).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def main() -> None:
     out = f"{a.out}.{os.environ.get('RANK', '0')}"
     waits: list[float] = []
     t0 = time.perf_counter()
+    began = time.monotonic()  # the same clock in every process: tests compare it across them
     with open(out, "w") as f:
         it = iter(loader)
         while a.max_batches is None or len(waits) < a.max_batches:
@@ -80,6 +82,7 @@ def main() -> None:
         "later_waits_s": sum(waits[1:]),
         "seconds": time.perf_counter() - t0,
         "batches": len(waits),
+        "iter_monotonic": began,
     }
     with open(out + ".timing.json", "w") as f:
         json.dump(timing, f)

@@ -16,13 +16,18 @@ Tolerances (docs/plan.md, "Validation"):
   machine -- adds waiting of the same kind, and the tolerance covers it. The model's epoch
   starts with its own first batch, without the run's start-up, so the measured one is counted
   the same way (the measured first wait swapped for the model's);
-- time to first batch: the model's figure (step 0's bytes alone on the link) is checked as a
-  lower bound in the default test. As a prediction it is short: every DataLoader worker starts
-  fetching its first batch at once and the link is shared, so step 0's shards arrive with
-  those of the next steps. The ``slow`` test measures the run's start-up apart (an identical
-  launch, proxy unshaped, one batch) and checks
-  ``model <= measured <= shared-link figure + 1.5 x start-up + 0.5 s``; the shared-link figure
-  is the fix proposed for astream/plan.py, computed here from the plan's bytes per step.
+- time to first batch, a prediction: the model's opening (every worker's first downloads --
+  its first batch and its prefetch window, as far as the cache has room -- share the link) is
+  compared with the measured wait for the data: from the first shard GET at the proxy to the
+  moment the last rank had its first batch, so the run's start-up (worker processes, plan
+  walk) is left out, in the same launch. Asserted:
+  ``FIRST_LOW x planned <= measured <= FIRST_HIGH x planned + FIRST_SLACK``: 0.6x and 1.25x
+  for how the link is really shared (the model has the whole opening arrive together; step
+  0's requests go first, so its shards can finish before the rest of the window: measured
+  0.70-1.05x at the slow link), and 1 s for what is left of start-up: the first GET comes from
+  the first worker up; on a loaded 2-core machine the other three start up to a second later.
+  The ``slow`` test runs the same check at a quarter of the bandwidth (the data takes ~4-6 s
+  there, so the slack weighs less).
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ STEP_MS = 10.0
 LATENCY = 0.05  # s per request
 BANDWIDTH = 20_000  # bytes/s for the whole proxy: ~4.7 s for the epoch's bytes
 CACHE_SHARDS = 6
+# first batch: FIRST_LOW x planned <= measured wait for the data <= FIRST_HIGH x planned + SLACK
+FIRST_LOW, FIRST_HIGH, FIRST_SLACK = 0.6, 1.25, 1.0
 
 
 class Peak:
@@ -90,6 +97,38 @@ class Peak:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._t.join()
+
+
+class FirstGet:
+    """``time.monotonic()`` when the first shard GET reached the proxy (polled every 2 ms)."""
+
+    def __init__(self, proxy: Any) -> None:
+        self.proxy = proxy
+        self.at: float | None = None
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and self.at is None:
+            if any("/shard." in q for q, _r in list(self.proxy.stats.ranges)):
+                self.at = time.monotonic()
+                return
+            time.sleep(0.002)
+
+    def __enter__(self) -> FirstGet:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+def _data_wait(runs: list[Any], first_get: FirstGet) -> float:
+    """From the first shard GET at the proxy to the moment the last rank had its first batch:
+    the first batch's wait without the run's start-up (worker processes, plan walk)."""
+    assert first_get.at is not None
+    return max(t["iter_monotonic"] + t["first_batch_s"] for t in runs) - first_get.at
 
 
 def _launch(url: str, local: str, out: str, limit: int, endpoint: str, *extra: str) -> list[Any]:
@@ -165,18 +204,19 @@ def _record(figures: dict[str, Any]) -> None:
 def test_plan_matches_a_shaped_real_run(
     small_src: tuple[str, str, int], s3_server: Any, make_proxy: Any, tmp_path: Any
 ) -> None:
-    """Bytes and high-water within 5%, stall share within 0.12, first batch not before the
-    model's (the data cannot arrive sooner than the link allows); one launch."""
+    """Bytes and high-water within 5%, stall share within 0.12, the first batch's wait for
+    data within the stated tolerance (module docstring); one launch."""
     src, url, biggest = small_src
     limit = CACHE_SHARDS * biggest
     proxy = make_proxy(s3_server.url, latency=LATENCY, bandwidth=BANDWIDTH)
     local = str(tmp_path / "cache")
-    with Peak(local) as peak:
+    with Peak(local) as peak, FirstGet(proxy) as first_get:
         runs = _launch(url, local, str(tmp_path / "o"), limit, proxy.url,
                        "--step-ms", str(STEP_MS))  # fmt: skip
     f = _plan(src, limit, BANDWIDTH)
     nbytes = _shard_bytes(proxy)
     ttfb = max(t["first_batch_s"] for t in runs)
+    data = _data_wait(runs, first_get)
     waits = max(t["later_waits_s"] for t in runs)
     seconds = max(t["seconds"] for t in runs)
     # the model's epoch starts with its own first batch, without the run's start-up: the
@@ -187,6 +227,7 @@ def test_plan_matches_a_shaped_real_run(
         "bandwidth_Bps": BANDWIDTH, "step_ms": STEP_MS,
         "bytes": [nbytes, f.bytes], "high_water": [peak.peak, f.high_water],
         "first_batch_s": [round(ttfb, 3), round(f.first_batch_s, 3)],
+        "first_batch_data_s": [round(data, 3), round(f.first_batch_s, 3)],
         "stall_share": [round(stall, 3), round(f.stall_share, 3)],
         "later_waits_s": round(waits, 3), "epoch_s": round(seconds, 3),
     }  # fmt: skip
@@ -194,52 +235,37 @@ def test_plan_matches_a_shaped_real_run(
     _record(figures)
     assert abs(nbytes - f.bytes) <= 0.05 * f.bytes, figures
     assert abs(peak.peak - f.high_water) <= 0.05 * f.high_water, figures
-    assert ttfb >= f.first_batch_s, figures
+    _check_first_batch(data, f.first_batch_s, figures)
     assert abs(stall - f.stall_share) <= 0.12, figures
 
 
 @pytest.mark.slow
-def test_first_batch_after_startup(
+def test_first_batch_at_a_slower_link(
     small_src: tuple[str, str, int], s3_server: Any, make_proxy: Any, tmp_path: Any
 ) -> None:
-    """Time to first batch, the run's own start-up measured apart (see module docstring)."""
+    """Time to first batch where the data takes seconds (a quarter of the default test's
+    bandwidth, one batch): the same tolerance, which the start-up noise then weighs less in."""
     src, url, biggest = small_src
     limit = CACHE_SHARDS * biggest
-    slow_bw = BANDWIDTH // 4  # the first step's data alone takes a second or more
-    proxy = make_proxy(s3_server.url)
-    base = _launch(url, str(tmp_path / "c0"), str(tmp_path / "b"), limit, proxy.url,
-                   "--max-batches", "1")  # fmt: skip
-    startup = max(t["first_batch_s"] for t in base)
-    proxy.configure(latency=LATENCY, bandwidth=slow_bw)
-    runs = _launch(url, str(tmp_path / "c1"), str(tmp_path / "o"), limit, proxy.url,
-                   "--max-batches", "1")  # fmt: skip
+    slow_bw = BANDWIDTH // 4
+    proxy = make_proxy(s3_server.url, latency=LATENCY, bandwidth=slow_bw)
+    with FirstGet(proxy) as first_get:
+        runs = _launch(url, str(tmp_path / "c1"), str(tmp_path / "o"), limit, proxy.url,
+                       "--max-batches", "1")  # fmt: skip
     f = _plan(src, limit, slow_bw)
     ttfb = max(t["first_batch_s"] for t in runs)
-    shared = _shared_link_first_batch(f, limit, slow_bw)
+    data = _data_wait(runs, first_get)
     figures = {
         "test": "first_batch", "cache_limit": limit, "latency_s": LATENCY,
-        "bandwidth_Bps": slow_bw, "startup_s": round(startup, 3),
+        "bandwidth_Bps": slow_bw,
         "first_batch_s": [round(ttfb, 3), round(f.first_batch_s, 3)],
-        "shared_link_first_batch_s": round(shared, 3),
+        "first_batch_data_s": [round(data, 3), round(f.first_batch_s, 3)],
     }  # fmt: skip
     print("measured, planned:", figures)
     _record(figures)
-    # the model's figure (step 0's bytes first, alone on the link) is a lower bound ...
-    assert f.first_batch_s <= ttfb, figures
-    # ... but not a prediction: every worker starts fetching its first batch at once and the
-    # link is shared, so step 0's shards arrive with those of the steps right after it. The
-    # bound uses that figure, ``shared`` (the fix proposed for astream/plan.py's _timeline).
-    assert ttfb <= shared + 1.5 * startup + 0.5, figures
+    _check_first_batch(data, f.first_batch_s, figures)
 
 
-def _shared_link_first_batch(f: Any, limit: int, bandwidth: float, workers: int = 2) -> float:
-    """First batch when every DataLoader worker starts fetching its first batch's shards at
-    once (the node's steps ``0 .. workers-1``: workers deliver a rank's batches in turn) and
-    the downloads share the link: those bytes (as many as fit in the cache together) over the
-    bandwidth, plus latency. The prefetch window opens gradually, so it adds little here."""
-    burst = 0
-    for nbytes in f.bytes_by_step[:workers].tolist():
-        if burst and burst + nbytes > limit:
-            break
-        burst += nbytes
-    return LATENCY + burst / bandwidth
+def _check_first_batch(data: float, planned: float, figures: dict[str, Any]) -> None:
+    """The measured wait for the data (start-up taken out) within the stated tolerance."""
+    assert FIRST_LOW * planned <= data <= FIRST_HIGH * planned + FIRST_SLACK, figures
