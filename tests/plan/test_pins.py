@@ -62,3 +62,12 @@ def test_opening_shares_the_link() -> None:
     assert shared == pytest.approx(0.35)  # steps 0..2 together: the cache holds 300 B
     roomy, _ = _timeline(by_step, 1000.0, 0.05, 0.01, 1, None, 4)
     assert roomy == pytest.approx(0.45)
+
+
+def test_the_oldest_pin_goes_first() -> None:
+    # room for 2, every shard held for 3 ticks: C's download finds A and B, both held; the
+    # consumer that read A (the oldest) finishes first, so A is evicted, not B
+    rep = CacheReplay(ONES, 2, "next_use", 3)
+    out = rep.epoch(np.array([0, 1, 2]), np.array([0, 1, 2]), 3)
+    assert sorted(rep.present) == [1, 2]
+    assert out.waits == 1
