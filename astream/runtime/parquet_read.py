@@ -220,7 +220,9 @@ def _column_values(col: Any) -> Any:
     Arrow buffers directly; other types through ``to_pylist``."""
     import pyarrow as pa
 
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    arr = col
+    if isinstance(col, pa.ChunkedArray):  # one chunk per row group: no copy then
+        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
     t = arr.type
     if pa.types.is_dictionary(t):
         arr = arr.dictionary_decode()
