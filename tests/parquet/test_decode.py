@@ -117,3 +117,22 @@ def test_decoding_imports_no_pandas(tmp_path: Any) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_warm_dataset_imports_pyarrow_before_workers_fork(tmp_path: Any, monkeypatch: Any) -> None:
+    """A warm start reads no footer, yet the dataset's process imports pyarrow.parquet, so that
+    forked DataLoader workers inherit it rather than each importing it before its first row
+    group (counted at the one place that imports it)."""
+    from astream import StreamingDataset
+    from astream.runtime import parquet_index
+
+    from .conftest import write_table
+
+    root, cache = str(tmp_path / "table"), str(tmp_path / "cache")
+    write_table(root, [(20, 8)])
+    StreamingDataset(remote=root, local=cache, format="parquet", batch_size=1)  # cold
+    real, calls = parquet_index._pq, []
+    monkeypatch.setattr(parquet_index, "_pq", lambda: calls.append(1) or real())
+    monkeypatch.setattr(parquet_index, "footer_file", None)  # a footer read would fail
+    ds = StreamingDataset(remote=root, local=cache, format="parquet", batch_size=1)  # warm
+    assert len(ds) == 20 and calls
