@@ -258,6 +258,10 @@ async def load_parquet(
 ) -> Index:
     """The stream's virtual-shard index (see the module docstring). ``in_place``: ``local`` is
     the data directory itself (no remote), whose cache index is best-effort."""
+    # pyarrow is imported here even when no footer is read (warm start): DataLoader workers
+    # forked from this process then inherit it instead of each importing it (~0.3-1 s a
+    # worker, every epoch) before its first row group
+    _pq()
     if not in_place:
         bound = read_binding(local)
         if bound is not None and bound.remote != store.url:

@@ -139,29 +139,116 @@ def _file_metadata(src: ParquetFile) -> Any:
     return md
 
 
-def _column_values(col: Any) -> list[Any]:
-    """One column as per-row Python/NumPy values (see the module docstring)."""
+def _valid(arr: Any) -> list[bool] | None:
+    """Per row, whether it is not null (None when no row is), from the validity bitmap."""
+    import numpy as np
+
+    if not arr.null_count:
+        return None
+    bits = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
+    flags = np.unpackbits(bits, bitorder="little")[arr.offset : arr.offset + len(arr)]
+    return flags.astype(bool).tolist()  # type: ignore[no-any-return]
+
+
+def _numeric(t: Any) -> bool:
     import pyarrow as pa
 
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    return bool(pa.types.is_integer(t) or (pa.types.is_floating(t) and not pa.types.is_float16(t)))
+
+
+def _flat(arr: Any) -> Any:
+    """A numeric array without nulls as a NumPy view of its data buffer (no copy; pyarrow's
+    ``to_numpy`` imports pandas, ~0.3-1 s in each fresh worker)."""
+    import numpy as np
+
+    dtype = np.dtype(arr.type.to_pandas_dtype())
+    data = np.frombuffer(arr.buffers()[1], dtype=dtype)
+    return data[arr.offset : arr.offset + len(arr)]
+
+
+def _offsets(arr: Any) -> list[int]:
+    """The ``len(arr) + 1`` value offsets of a list/binary/string array, as ints."""
+    import numpy as np
+    import pyarrow as pa
+
     t = arr.type
-    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and (
-        pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type)
-    ):
-        offsets = arr.offsets.to_numpy()
-        flat = arr.values.to_numpy(zero_copy_only=False)
-        valid = arr.is_valid().to_pylist() if arr.null_count else None
-        out = [flat[offsets[i] : offsets[i + 1]] for i in range(len(arr))]
-        if valid is not None:
-            out = [x if ok else None for x, ok in zip(out, valid)]
-        return out
+    wide = pa.types.is_large_list(t) or pa.types.is_large_binary(t) or pa.types.is_large_string(t)
+    o = np.frombuffer(arr.buffers()[1], dtype=np.int64 if wide else np.int32)
+    return o[arr.offset : arr.offset + len(arr) + 1].tolist()  # type: ignore[no-any-return]
+
+
+class _ListColumn:
+    """A ``list<number>`` column: row ``i`` is a NumPy view of the row group's flat values."""
+
+    __slots__ = ("_offsets", "_valid", "_values")
+
+    def __init__(self, values: Any, offsets: list[int], valid: list[bool] | None) -> None:
+        self._values, self._offsets, self._valid = values, offsets, valid
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i: int) -> Any:
+        if self._valid is not None and not self._valid[i]:
+            return None
+        return self._values[self._offsets[i] : self._offsets[i + 1]]
+
+
+class _BytesColumn:
+    """A binary (``bytes``) or string (``str``) column, sliced from the row group's data buffer
+    when a row is read (a shuffle reads each row group's rows in several processes, each only
+    its own)."""
+
+    __slots__ = ("_data", "_offsets", "_text", "_valid")
+
+    def __init__(self, data: Any, offsets: list[int], valid: list[bool] | None, text: bool):
+        self._data, self._offsets, self._valid, self._text = data, offsets, valid, text
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i: int) -> Any:
+        if self._valid is not None and not self._valid[i]:
+            return None
+        v = self._data[self._offsets[i] : self._offsets[i + 1]]
+        return str(v, "utf-8") if self._text else bytes(v)
+
+
+def _column_values(col: Any) -> Any:
+    """One column as per-row Python/NumPy values (see the module docstring): a sequence that
+    ``[i]`` indexes. Numbers, ``list<number>`` and binary/string columns are read from the
+    Arrow buffers directly; other types through ``to_pylist``."""
+    import pyarrow as pa
+
+    arr = col
+    if isinstance(col, pa.ChunkedArray):  # one chunk per row group: no copy then
+        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    t = arr.type
     if pa.types.is_dictionary(t):
         arr = arr.dictionary_decode()
-    values: list[Any] = list(arr.to_pylist())
-    return values
+        t = arr.type
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type):
+        # only the rows' extent of the values: a sliced list array's child is not sliced
+        vals = arr.values
+        if not vals.null_count:
+            return _ListColumn(_flat(vals), _offsets(arr), _valid(arr))
+        flat = vals.to_numpy(zero_copy_only=False)  # null elements: NaN, as before
+        return _ListColumn(flat, _offsets(arr), _valid(arr))
+    if _numeric(t):
+        values: list[Any] = _flat(arr).tolist()
+        valid = _valid(arr)
+        if valid is not None:
+            values = [x if ok else None for x, ok in zip(values, valid)]
+        return values
+    text = pa.types.is_string(t) or pa.types.is_large_string(t)
+    if text or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        buf = arr.buffers()[2]
+        data = memoryview(buf) if buf is not None else memoryview(b"")
+        return _BytesColumn(data, _offsets(arr), _valid(arr), text)
+    return list(arr.to_pylist())
 
 
-def decode_row_group(path: str, shard: RemoteShard, entry: RowGroupShard) -> dict[str, list[Any]]:
+def decode_row_group(path: str, shard: RemoteShard, entry: RowGroupShard) -> dict[str, Any]:
     """Per projected column, the row group's values (``path``: the cache file, or the object
     itself when read in place)."""
     import pyarrow as pa
@@ -206,7 +293,7 @@ class RowGroupHandle:
 
     __slots__ = ("_cols", "_names", "_pin")
 
-    def __init__(self, cols: dict[str, list[Any]]) -> None:
+    def __init__(self, cols: dict[str, Any]) -> None:
         self._cols = [cols[n] for n in cols]
         self._names = list(cols)
         self._pin: Any = None
@@ -224,7 +311,7 @@ class RowGroupHandle:
             self._pin = None
 
 
-_decoded: OrderedDict[tuple[str, str], tuple[dict[str, list[Any]], int]] = OrderedDict()
+_decoded: OrderedDict[tuple[str, str], tuple[dict[str, Any], int]] = OrderedDict()
 _decoded_bytes = 0
 
 
