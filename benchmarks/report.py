@@ -23,15 +23,15 @@ PEERS = ("mosaic", "lit")
 OURS = ("astream", "astream-py1e")  # astream at its defaults, and at the reference's shuffle
 LIB_ORDER = ("astream", "astream-py1e", "mosaic", "lit", "sdk")
 
-# metric -> True if higher is better
-HEADLINES: dict[str, list[tuple[str, bool]]] = {
+# metric -> True if higher is better, None: no ratio (a property of the order, not a speed)
+HEADLINES: dict[str, list[tuple[str, bool | None]]] = {
     "write": [("mb_per_s", True)],
     "hot": [
         ("samples_per_s", True),
         ("mb_per_s", True),
         ("peak_pss_mb", False),
-        ("order_score", True),  # shuffle quality of the yielded ids: 0 index order, 1 random
-        ("shards_per_batch", True),
+        ("order_score", None),  # shuffle quality of the yielded ids: 0 index order, 1 random
+        ("shards_per_batch", None),
     ],
     "cold": [
         ("import_s", False),  # the library's import, outside ttfb_s (timed apart for all)
@@ -40,8 +40,8 @@ HEADLINES: dict[str, list[tuple[str, bool]]] = {
         ("mb_per_s", True),
         ("proxy_bytes", False),
         ("proxy_requests", False),
-        ("order_score", True),
-        ("shards_per_batch", True),
+        ("order_score", None),
+        ("shards_per_batch", None),
     ],
     "resume": [("resume_to_first_batch_s", False), ("duplicates", False), ("missing", False)],
     "random": [
@@ -122,7 +122,9 @@ def _cell(results: dict[str, Any], key: str, lib: str, metric: str) -> tuple[str
     return _fmt(m["median"]) + note, m["median"]
 
 
-def _ratio(a: float | None, p: float | None, higher_better: bool) -> str:
+def _ratio(a: float | None, p: float | None, higher_better: bool | None) -> str:
+    if higher_better is None:
+        return ""
     if a is None or p is None:
         return "n/a"
     if a == 0 and p == 0:

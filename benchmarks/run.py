@@ -118,7 +118,7 @@ class Harness:
             )
         except subprocess.TimeoutExpired:
             # a stall: reported apart from clean runs and from failures (report.py)
-            return {"status": "stalled", "reason": f"no result after {self.a.timeout:.0f} s"}
+            return {"status": "stalled", "reason": f"no result after {self.a.timeout:g} s"}
         for line in reversed(p.stdout.splitlines()):
             if line.startswith("RESULT "):
                 result: dict[str, Any] = json.loads(line[len("RESULT ") :])
