@@ -1,9 +1,14 @@
 """Turn the harness's records into results.json figures, report.md tables and PNG plots.
 
-Every numeric field of the ``ok`` records of one (case, library) pair becomes
-``{"median", "min", "max", "n"}``. The markdown report shows, per case, each library's median
+Every numeric field of the ``ok`` (clean) records of one (case, library) pair becomes
+``{"median", "min", "max", "n"}``. Runs that stalled (no result before the harness's timeout)
+or failed are never folded into that median: each pair's ``runs`` counts ``clean``,
+``stalled`` and ``failed`` runs, and a report cell built from fewer than all runs says so
+(``1.2k (2 clean, 1 stalled)``). The markdown report shows, per case, each library's median
 of the case's headline metrics and astream's ratio to each peer, oriented so that a ratio
-above 1 means astream is better (higher throughput, or lower time/bytes/memory).
+above 1 means astream is better (higher throughput, or lower time/bytes/memory). The column
+``astream-py1e`` (``--shuffle both``) is astream with the reference's shuffle algorithm and
+block; its ratios to the peers get their own columns.
 """
 
 from __future__ import annotations
@@ -15,12 +20,19 @@ from pathlib import Path
 from typing import Any
 
 PEERS = ("mosaic", "lit")
-LIB_ORDER = ("astream", "mosaic", "lit", "sdk")
+OURS = ("astream", "astream-py1e")  # astream at its defaults, and at the reference's shuffle
+LIB_ORDER = ("astream", "astream-py1e", "mosaic", "lit", "sdk")
 
-# metric -> True if higher is better
-HEADLINES: dict[str, list[tuple[str, bool]]] = {
+# metric -> True if higher is better, None: no ratio (a property of the order, not a speed)
+HEADLINES: dict[str, list[tuple[str, bool | None]]] = {
     "write": [("mb_per_s", True)],
-    "hot": [("samples_per_s", True), ("mb_per_s", True), ("peak_pss_mb", False)],
+    "hot": [
+        ("samples_per_s", True),
+        ("mb_per_s", True),
+        ("peak_pss_mb", False),
+        ("order_score", None),  # shuffle quality of the yielded ids: 0 index order, 1 random
+        ("shards_per_batch", None),
+    ],
     "cold": [
         ("import_s", False),  # the library's import, outside ttfb_s (timed apart for all)
         ("ttfb_s", False),
@@ -28,6 +40,8 @@ HEADLINES: dict[str, list[tuple[str, bool]]] = {
         ("mb_per_s", True),
         ("proxy_bytes", False),
         ("proxy_requests", False),
+        ("order_score", None),
+        ("shards_per_batch", None),
     ],
     "resume": [("resume_to_first_batch_s", False), ("duplicates", False), ("missing", False)],
     "random": [
@@ -50,6 +64,11 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     status: dict[str, dict[str, str]] = defaultdict(dict)
     for (key, lib), rs in sorted(groups.items()):
         ok = [r for r in rs if r["status"] == "ok"]
+        runs = {
+            "clean": len(ok),
+            "stalled": sum(r["status"] == "stalled" for r in rs),
+            "failed": sum(r["status"] == "error" for r in rs),
+        }
         if not ok:
             status[key][lib] = f"{rs[0]['status']}: {rs[0].get('reason', '')}"
             continue
@@ -57,7 +76,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         status[key][lib] = (
             "ok" if not bad else f"ok {len(ok)}/{len(rs)}; {bad[0]['status']}: {bad[0]['reason']}"
         )
-        metrics: dict[str, Any] = {}
+        metrics: dict[str, Any] = {"runs": runs}
         for name in sorted({k for r in ok for k in r}):
             vals = [
                 float(r[name])
@@ -97,10 +116,15 @@ def _cell(results: dict[str, Any], key: str, lib: str, metric: str) -> tuple[str
     m = fig.get(metric)
     if m is None:
         return "-", None
-    return _fmt(m["median"]), m["median"]
+    runs = fig.get("runs", {})
+    unclean = [f"{runs[k]} {k}" for k in ("stalled", "failed") if runs.get(k)]
+    note = f" ({runs['clean']} clean, {', '.join(unclean)})" if unclean else ""
+    return _fmt(m["median"]) + note, m["median"]
 
 
-def _ratio(a: float | None, p: float | None, higher_better: bool) -> str:
+def _ratio(a: float | None, p: float | None, higher_better: bool | None) -> str:
+    if higher_better is None:
+        return ""
     if a is None or p is None:
         return "n/a"
     if a == 0 and p == 0:
@@ -115,6 +139,7 @@ def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     libs = [lib for lib in LIB_ORDER if lib in meta["libs"]]
     peers = [p for p in PEERS if p in libs and "astream" in libs]
+    ours = [o for o in OURS if o in libs]
     counts = ", ".join(f"{k}: {v:,} samples" for k, v in meta["samples"].items())
     lines = [
         "# astream benchmark report",
@@ -130,10 +155,13 @@ def markdown(results: dict[str, Any]) -> str:
         gkeys = [k for k in keys if k.split("/")[0] == group]
         if not gkeys:
             continue
-        cols = libs + (["sdk"] if group == "physical" else [])
+        cols = [lib for lib in libs if group in ("hot", "cold") or lib not in OURS[1:]]
+        cols += ["sdk"] if group == "physical" else []
         # ratios compare libraries; the physical limits and byte-compat rows have none
         gpeers = [] if group in ("physical", "compat") else peers
-        head = ["case", "metric", *cols, *[f"vs {p}" for p in gpeers]]
+        pairs = [(o, p) for o in (ours if group in ("hot", "cold") else ours[:1]) for p in gpeers]
+        head = ["case", "metric", *cols]
+        head += [f"vs {p}" if o == "astream" else f"{o} vs {p}" for o, p in pairs]
         lines += [f"## {group}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for key in gkeys:
             for metric, hb in metrics:
@@ -141,7 +169,7 @@ def markdown(results: dict[str, Any]) -> str:
                 if all(c[0] == "-" for c in cells.values()):
                     continue
                 row = [key, metric, *[cells[lib][0] for lib in cols]]
-                row += [_ratio(cells["astream"][1], cells[p][1], hb) for p in gpeers]
+                row += [_ratio(cells[o][1], cells[p][1], hb) for o, p in pairs]
                 lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     lines += _ceiling(results, libs)

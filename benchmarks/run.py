@@ -34,6 +34,13 @@ from benchmarks.workloads import WORKLOADS, materialize, shard_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBS = ("astream", "mosaic", "lit")
+# library variants: (runner, spec overrides). "astream-py1e" is astream with the reference's
+# shuffle algorithm at the reference's default block (= mosaic's default shuffle), for the
+# matched-shuffle rows of the hot/cold scenarios (``--shuffle both``)
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "astream-py1e": ("astream", {"shuffle_algo": "py1e"}),
+}
+SHUFFLE_MODES = ("defaults", "both")
 SCENARIOS = ("write", "physical", "hot", "cold", "resume", "random", "scale")
 
 
@@ -57,6 +64,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--scale-samples", type=int, default=100_000_000)
     ap.add_argument("--peers-venv", type=Path, default=Path(".bench/peers-venv"))
     ap.add_argument("--timeout", type=float, default=900, help="per runner process, seconds")
+    ap.add_argument(
+        "--shuffle",
+        default="defaults",
+        choices=SHUFFLE_MODES,
+        help="hot/cold: each library at its defaults, or 'both': also astream with the "
+        "reference's shuffle_algo='py1e' and block (column astream-py1e)",
+    )
     a = ap.parse_args(argv)
     a.libs = [x for x in a.libs.split(",") if x]
     a.workloads = [x for x in a.workloads.split(",") if x]
@@ -91,7 +105,8 @@ class Harness:
 
     # -- running one case ---------------------------------------------------------------
     def run_one(self, lib: str, spec: dict[str, Any]) -> dict[str, Any]:
-        cmd = [str(self.python[lib]), "-m", f"benchmarks.runners.{lib}", json.dumps(spec)]
+        runner = VARIANTS[lib][0] if lib in VARIANTS else lib
+        cmd = [str(self.python[runner]), "-m", f"benchmarks.runners.{runner}", json.dumps(spec)]
         try:
             p = subprocess.run(
                 cmd,
@@ -102,7 +117,8 @@ class Harness:
                 timeout=self.a.timeout,
             )
         except subprocess.TimeoutExpired:
-            return {"status": "error", "reason": f"timeout after {self.a.timeout:.0f} s"}
+            # a stall: reported apart from clean runs and from failures (report.py)
+            return {"status": "stalled", "reason": f"no result after {self.a.timeout:g} s"}
         for line in reversed(p.stdout.splitlines()):
             if line.startswith("RESULT "):
                 result: dict[str, Any] = json.loads(line[len("RESULT ") :])
@@ -131,13 +147,38 @@ class Harness:
                     after = self.s3.control("stats")
                     r["proxy_bytes"] = after["bytes_out"] - before["bytes_out"]
                     r["proxy_requests"] = after["requests"] - before["requests"]
+                if "yielded_ids" in r:
+                    r.update(self.shuffle_scores(lib, s, r.pop("yielded_ids")))
                 if spec.get("workload") and (lib, spec["workload"]) in self.data_from:
                     r["data_from"] = self.data_from[(lib, spec["workload"])]
                 self.records.append({"key": key, "lib": lib, "rep": rep, **r})
                 self.log(f"{key} {lib} rep{rep}: {_brief(r)}")
 
+    def shuffle_scores(self, lib: str, spec: dict[str, Any], ids: list[int]) -> dict[str, Any]:
+        """Shuffle quality of the ids a loader yielded (astream.core.quality): 0 = index
+        order, ~1 = a uniform permutation; shards per batch from the copy's own index."""
+        import numpy as np
+
+        from astream.core import quality
+
+        arr = np.asarray(ids, np.int64)
+        out: dict[str, Any] = {
+            "order_score": quality.index_order_score(arr),
+            "displacement_score": quality.displacement_score(arr),
+            "scored_ids": len(arr),
+        }
+        bounds = _shard_bounds(Path(spec["data"])) if spec.get("data") else None
+        if bounds is not None and len(arr):
+            shards = np.searchsorted(bounds, arr, side="right")
+            out["shards_per_batch"] = quality.shards_per_window(shards, spec["batch_size"]).mean
+        return out
+
     def spec_for(self, lib: str, base: dict[str, Any]) -> dict[str, Any]:
+        variant = VARIANTS.get(lib)
+        label, lib = lib, (variant[0] if variant else lib)
         s = {"lib": lib, "seed": self.a.seed, "batch_size": self.a.batch_size, **base}
+        if variant:
+            s.update(variant[1])
         wl = s.get("workload")
         if wl:
             w = WORKLOADS[wl]
@@ -149,7 +190,7 @@ class Harness:
             if (lib, wl) in self.data:
                 s["data"] = str(self.data[(lib, wl)])
             s["remote"] = f"s3://bench/{lib}/{wl}"
-            s["cache"] = str(self.work / "cache" / lib / wl)
+            s["cache"] = str(self.work / "cache" / label / wl)
         if self.s3 is not None:
             s["proxy"] = self.s3.endpoint
         for k in ("out", "template"):
@@ -193,12 +234,26 @@ class Harness:
     def do_physical(self) -> None:
         physical.sequential_reads(self)
 
+    def epoch_libs(self) -> list[str]:
+        """The hot/cold columns: every library, plus astream at the reference's shuffle."""
+        libs = list(self.a.libs)
+        if self.a.shuffle == "both" and "astream" in libs:
+            libs.insert(libs.index("astream") + 1, "astream-py1e")
+        return libs
+
     def do_hot(self) -> None:
         for wl in self.a.workloads:
             for w in (0, 2):
                 self.case(
                     f"hot/{wl}/w{w}",
-                    {"scenario": "epoch", "workload": wl, "cold": False, "num_workers": w},
+                    {
+                        "scenario": "epoch",
+                        "workload": wl,
+                        "cold": False,
+                        "num_workers": w,
+                        "record_ids": True,
+                    },
+                    libs=self.epoch_libs(),
                 )
 
     def do_cold(self) -> None:
@@ -210,7 +265,14 @@ class Harness:
                 physical.raw_get(self, wl, f"{ms:g}ms")
                 self.case(
                     f"cold/{wl}/{ms:g}ms",
-                    {"scenario": "epoch", "workload": wl, "cold": True, "num_workers": 2},
+                    {
+                        "scenario": "epoch",
+                        "workload": wl,
+                        "cold": True,
+                        "num_workers": 2,
+                        "record_ids": True,
+                    },
+                    libs=self.epoch_libs(),
                     fresh=["cache"],
                 )
         self.s3.control("config", latency_ms=0, bandwidth_mbps=0)
@@ -288,7 +350,8 @@ class Harness:
             "scale": a.scale,
             "reps": a.reps,
             "seed": a.seed,
-            "libs": a.libs,
+            "libs": a.libs + (["astream-py1e"] if a.shuffle == "both" else []),
+            "shuffle": a.shuffle,
             "workloads": a.workloads,
             "scenarios": a.scenarios,
             "batch_size": a.batch_size,
@@ -299,6 +362,23 @@ class Harness:
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
         return {"meta": meta, **summarize(self.records), "records": self.records}
+
+
+def _shard_bounds(data: Path) -> Any:
+    """Cumulative sample counts of the shards (MDS) or chunks (litdata) of a written copy."""
+    import numpy as np
+
+    try:
+        index = json.loads((data / "index.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if "shards" in index:
+        sizes = [s["samples"] for s in index["shards"]]
+    elif "chunks" in index:
+        sizes = [c["chunk_size"] for c in index["chunks"]]
+    else:
+        return None
+    return np.cumsum(sizes)
 
 
 def _brief(r: dict[str, Any]) -> str:
@@ -315,6 +395,7 @@ def _brief(r: dict[str, Any]) -> str:
         "later_item_us",
         "index_load_s",
         "resume_s",
+        "order_score",
     )
     return " ".join(f"{k}={r[k]:.4g}" for k in keys if isinstance(r.get(k), (int, float)))
 

@@ -64,6 +64,8 @@ class Astream(Adapter):
     def dataset(self, spec: dict[str, Any], cold: bool) -> Any:
         ds_cls = _api("astream.torch.dataset", "StreamingDataset")
         common = {"shuffle": True, "shuffle_seed": spec["seed"], "batch_size": spec["batch_size"]}
+        if spec.get("shuffle_algo"):  # e.g. "py1e": the reference's algorithm and default block
+            common["shuffle_algo"] = spec["shuffle_algo"]
         if cold:
             return ds_cls(remote=spec["remote"], local=spec["cache"], **common)
         return ds_cls(local=spec["data"], **common)

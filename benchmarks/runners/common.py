@@ -89,7 +89,7 @@ def _consume(batches: Iterable[Any], t0: float, ids: list[np.ndarray]) -> dict[s
     return {"ttfb_s": ttfb, "seconds": dt, "samples": samples, "bytes": nbytes}
 
 
-def scenario_epoch(a: Adapter, spec: dict[str, Any]) -> dict[str, float]:
+def scenario_epoch(a: Adapter, spec: dict[str, Any]) -> dict[str, Any]:
     ids: list[np.ndarray] = []
     t0 = time.perf_counter()
     ds = a.dataset(spec, cold=spec["cold"])
@@ -97,7 +97,7 @@ def scenario_epoch(a: Adapter, spec: dict[str, Any]) -> dict[str, float]:
     r = _consume(loader, t0, ids)
     seen = np.concatenate(ids) if ids else np.zeros(0, np.int64)
     steady = r["seconds"] - r["ttfb_s"]
-    return {
+    out: dict[str, Any] = {
         **r,
         "samples_per_s": r["samples"] / r["seconds"],
         "mb_per_s": r["bytes"] / r["seconds"] / 1e6,
@@ -106,6 +106,11 @@ def scenario_epoch(a: Adapter, spec: dict[str, Any]) -> dict[str, float]:
         "expected": spec["samples"],
         "padding": r["samples"] - len(np.unique(seen)),
     }
+    if spec.get("record_ids"):
+        # the ids in the order the loader yielded them (capped): the harness scores the
+        # shuffle from them (astream.core.quality) and drops them before results.json
+        out["yielded_ids"] = seen[: spec.get("ids_cap", 200_000)].tolist()
+    return out
 
 
 def _epoch_ids(a: Adapter, spec: dict[str, Any], w: int) -> np.ndarray:
@@ -178,7 +183,7 @@ def scenario_random(a: Adapter, spec: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-SCENARIOS: dict[str, Callable[[Adapter, dict[str, Any]], dict[str, float]]] = {
+SCENARIOS: dict[str, Callable[[Adapter, dict[str, Any]], dict[str, Any]]] = {
     "write": scenario_write,
     "epoch": scenario_epoch,
     "resume": scenario_resume,

@@ -66,3 +66,61 @@ def test_markdown_rows_and_notes() -> None:
     assert "| resume/tokens | duplicates | 0 | 0 | error | = | n/a |" in md
     assert "- `resume/tokens` lit: error: KeyError: 'x'" in md
     assert "second line" not in md
+
+
+def test_stalled_and_failed_reps_are_counted_apart_from_the_clean_median() -> None:
+    """A stalled rep (no result before the harness's timeout) and a failed one never enter the
+    median: the cell is the median of the clean reps and says how many stalled/failed."""
+    key = "hot/images/w2"
+    recs = [
+        _rec(key, "astream", 0, samples_per_s=100.0),
+        _rec(key, "astream", 1, samples_per_s=120.0),
+        _rec(key, "astream", 2, samples_per_s=110.0),
+        _rec(key, "mosaic", 0, samples_per_s=40.0),
+        {"key": key, "lib": "mosaic", "rep": 1, "status": "stalled", "reason": "no result"},
+        _rec(key, "mosaic", 2, samples_per_s=60.0),
+        {"key": key, "lib": "mosaic", "rep": 3, "status": "error", "reason": "OSError: x"},
+        _rec(key, "lit", 0, samples_per_s=200.0),
+    ]
+    out = summarize(recs)
+    mosaic = out["figures"][key]["mosaic"]
+    assert mosaic["runs"] == {"clean": 2, "stalled": 1, "failed": 1}
+    assert mosaic["samples_per_s"] == {"median": 50.0, "min": 40.0, "max": 60.0, "n": 2}
+    assert out["figures"][key]["astream"]["runs"] == {"clean": 3, "stalled": 0, "failed": 0}
+    meta = {"scale": 0.1, "samples": {"images": 100}, "shard_bytes": 1 << 20, "batch_size": 32,
+            "reps": 3, "cpus": 2, "date": "d", "libs": ["astream", "mosaic", "lit"]}  # fmt: skip
+    md = markdown({"meta": meta, **summarize(recs)})
+    # astream 110 vs mosaic's clean median 50: 2.2x (folding the stall in as 0 would say 2.75x)
+    row = "| hot/images/w2 | samples_per_s | 110 | 50 (2 clean, 1 stalled, 1 failed) | 200 |"
+    assert row + " 2.2x | 0.55x |" in md
+    assert "- `hot/images/w2` mosaic: ok 2/4; stalled: no result" in md
+
+
+def test_matched_shuffle_column_gets_its_own_ratios_and_scores_have_none() -> None:
+    key = "hot/tokens/w0"
+    recs = [
+        _rec(key, "astream", 0, samples_per_s=300.0, order_score=0.95),
+        _rec(key, "astream-py1e", 0, samples_per_s=200.0, order_score=1.01),
+        _rec(key, "mosaic", 0, samples_per_s=100.0, order_score=1.01),
+        _rec(key, "lit", 0, samples_per_s=400.0, order_score=0.57),
+        _rec("resume/tokens", "astream", 0, duplicates=0),
+    ]
+    meta = {"scale": 0.1, "samples": {"tokens": 100}, "shard_bytes": 1 << 20, "batch_size": 32,
+            "reps": 1, "cpus": 2, "date": "d",
+            "libs": ["astream", "mosaic", "lit", "astream-py1e"]}  # fmt: skip
+    md = markdown({"meta": meta, **summarize(recs)})
+    head = "| case | metric | astream | astream-py1e | mosaic | lit | vs mosaic | vs lit | "
+    assert head + "astream-py1e vs mosaic | astream-py1e vs lit |" in md
+    row = "| hot/tokens/w0 | samples_per_s | 300 | 200 | 100 | 400 |"
+    assert row + " 3x | 0.75x | 2x | 0.5x |" in md
+    assert "| hot/tokens/w0 | order_score | 0.95 | 1.01 | 1.01 | 0.57 |  |  |  |  |" in md
+    # other scenarios have no astream-py1e column
+    assert "| case | metric | astream | mosaic | lit | vs mosaic | vs lit |" in md
+
+
+def test_a_runner_past_the_timeout_is_recorded_as_stalled_not_failed() -> None:
+    from benchmarks.run import Harness, parse_args
+
+    h = Harness(parse_args(["--timeout", "0.05", "--libs", "astream"]))
+    r = h.run_one("astream-py1e", {"scenario": "epoch"})  # killed long before its import ends
+    assert r == {"status": "stalled", "reason": "no result after 0.05 s"}
