@@ -12,7 +12,10 @@ is needed and at least ``keep_open`` shards stay mapped. The LRU follows the wor
 shard reopened soon after the LRU closed it (it is still in the list of recently closed shards)
 raises the limit by one, up to ``max_open`` shards and, past ``keep_open``, ``max_open_bytes``
 of mapped files. So an epoch whose batches each span more shards than ``keep_open`` maps each
-shard a few times, not once per batch (``stats.shard_maps`` counts the maps).
+shard a few times, not once per batch (``stats.shard_maps`` counts the maps). Memory stays
+where it was: only the ``keep_open`` most recently read shards keep their touched pages
+mapped; an older one has them unmapped (``madvise``; the page cache keeps them) and faults
+them back in if it is read again.
 
 With a ``cache_limit``, an open shard is pinned (a shared flock, see ``cache.py``) and the
 consumer holds **at most one** pin: it drops every other shard before it opens a new one (the
@@ -227,6 +230,7 @@ class ShardOpener:
         self.max_open_bytes = max_open_bytes
         self._open_bytes = 0
         self._closed: OrderedDict[int, None] = OrderedDict()  # recently closed by the LRU
+        self._hot: OrderedDict[int, None] = OrderedDict()  # the _base most recently read
         self._open: OrderedDict[int, OpenShard] = OrderedDict()
         self._decoders: dict[tuple[Any, ...], SampleDecoder | SplitDecoder] = {}
         self._offsets: dict[int, list[int]] = {}
@@ -251,7 +255,25 @@ class ShardOpener:
         h = self._open.get(s)
         if h is not None:
             self._open.move_to_end(s)
+            self._touch(s)
         return h
+
+    def _touch(self, s: int) -> None:
+        """``s`` is read now. Only the ``_base`` most recently read shards keep the pages they
+        touched mapped: a shard leaving that window has them unmapped (they stay in the page
+        cache), so a larger LRU costs maps, not memory."""
+        hot = self._hot
+        if s in hot:
+            hot.move_to_end(s)
+            return
+        hot[s] = None
+        if len(hot) > self._base:
+            old, _ = hot.popitem(last=False)
+            h = self._open.get(old)
+            if h is not None:
+                drop = getattr(h, "drop_pages", None)
+                if drop is not None:
+                    drop()
 
     def release_all(self) -> None:
         while self._open:
@@ -259,6 +281,7 @@ class ShardOpener:
             self._pin_note(h, -1)
             h.close()
         self._open_bytes = 0
+        self._hot.clear()
 
     def _evict(self) -> None:
         """Close least recently used shards down to the limits; remember what was closed."""
@@ -266,6 +289,7 @@ class ShardOpener:
             len(self._open) > self._base and self._open_bytes > self.max_open_bytes
         ):
             s, old = self._open.popitem(last=False)
+            self._hot.pop(s, None)
             self._open_bytes -= self.catalog.shards[s].files.raw_size
             self._pin_note(old, -1)
             old.close()
@@ -342,6 +366,8 @@ class ShardOpener:
             self.keep_open += 1  # closed too early: the working set is larger than the LRU
         self._open[s] = h
         self._open_bytes += files.raw_size
+        if not self.pinning:
+            self._touch(s)
         self._evict()
         return h
 

@@ -67,3 +67,30 @@ def test_batch_groups_vectorised_matches_a_plain_loop() -> None:
             assert got.local is not None
             assert [got[w][0] for w in got.which.tolist()] == (ids // 10).tolist()
             assert got.local.tolist() == (ids % 10).tolist()
+
+
+def _shards_with_pages(path: str) -> int:
+    """Mapped files of ``path`` with pages in this process's memory (Rss > 0)."""
+    n, cur = 0, None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 6:
+                cur = head[5]
+            elif head and head[0] == "Rss:" and cur and cur.startswith(path) and int(head[1]):
+                n += 1
+    return n
+
+
+def test_only_the_base_lru_keeps_pages_mapped(many_shards: tuple[str, int]) -> None:
+    path, nshards = many_shards
+    ds = StreamingDataset(local=path, batch_size=64, shuffle=True, shuffle_algo="naive")
+    it = iter(ds)
+    for _ in range(1500):
+        next(it)
+    # every shard is still mapped (no reopen churn), but only the 16 most recently read
+    # keep the pages they touched in this process's memory (16-17 seen; 32 without the
+    # unmapping: every shard of the dataset)
+    assert _shards_with_pages(os.path.realpath(path)) <= 18
+    assert ds.stats.shard_maps <= 2 * nshards
+    list(it)
