@@ -4,9 +4,9 @@ in one process, no DataLoader, no collate; optionally beside another astream tre
     python -m benchmarks.bench_batch_decode DATA [DATA ...] --before DIR --reps 3 --out OUT.json
 
 Each (tree, path, dataset) runs in a fresh subprocess (interleaved, ``--reps`` rounds) that
-times ``--epochs`` shuffled epochs and reports samples/s of each; the figure of a run is its
-best epoch after the first (page faults and table builds of the first epoch excluded), the
-figure of a case the median over runs.
+times ``--epochs`` shuffled epochs and reports samples/s and shard maps (reopens included) of
+each; the figure of a run is its best epoch after the first (page faults and table builds of
+the first epoch excluded), the figure of a case the median over runs.
 """
 
 from __future__ import annotations
@@ -22,17 +22,28 @@ from pathlib import Path
 CHILD = r"""
 import json, sys, time
 from astream import StreamingDataset
+from astream.runtime import reader
+maps = [0]
+init = reader.OpenShard.__init__
+def counted(self, *a, **k):
+    maps[0] += 1
+    init(self, *a, **k)
+reader.OpenShard.__init__ = counted  # shard maps, counted the same way in either tree
 path, mode, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ds = StreamingDataset(local=path, batch_size=32, shuffle=True, shuffle_seed=1234)
 out = []
+per_epoch = []
 for e in range(epochs):
     ds.set_epoch(0)
     t = time.perf_counter()
+    m0 = maps[0]
     if mode == "dicts":
         k = sum(1 for _ in ds)
     else:
         k = sum(len(b["label"]) for b in ds.batches(ragged="offsets"))
     out.append(k / (time.perf_counter() - t))
+    per_epoch.append(maps[0] - m0)
+print("MAPS " + json.dumps(per_epoch))
 print("RESULT " + json.dumps(out))
 """
 
@@ -50,6 +61,7 @@ def main() -> None:
     if a.before:
         trees["before"] = a.before.resolve()
     runs: dict[str, list[list[float]]] = {}
+    maps: dict[str, list[list[int]]] = {}  # shard files mapped in each epoch of each run
     for _rep in range(a.reps):
         for data in a.data:
             for mode in ("dicts", "batches"):
@@ -63,12 +75,14 @@ def main() -> None:
                         print(key, "failed:", p.stderr[-300:])
                         continue
                     runs.setdefault(key, []).append(json.loads(line[-1][7:]))
+                    got = [x for x in p.stdout.splitlines() if x.startswith("MAPS ")]
+                    maps.setdefault(key, []).append(json.loads(got[-1][5:]))
     medians = {k: statistics.median(max(r[1:] or r) for r in v) for k, v in runs.items()}
     for k, v in medians.items():
-        print(f"{k:32} {v:>10,.0f} samples/s")
+        print(f"{k:32} {v:>10,.0f} samples/s  shard maps per epoch {maps[k][0]}")
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"runs": runs, "medians": medians, "args": vars(a)}, indent=1,
-                                default=str))  # fmt: skip
+    out = {"runs": runs, "medians": medians, "shard_maps": maps, "args": vars(a)}
+    a.out.write_text(json.dumps(out, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from astream.core.batchdecode import (
 )
 from astream.errors import ConfigError
 from astream.runtime.catalog import Catalog
-from astream.runtime.reader import Groups, OpenShard
+from astream.runtime.reader import BatchGroups, Groups, OpenShard
 
 __all__ = ["BatchLayouts", "locate_batch"]
 
@@ -104,8 +104,13 @@ def locate_batch(
         files.append(h)
         bases.append(base)
     which: list[int] | None = None
+    local = groups.local if isinstance(groups, BatchGroups) else None
     if len(groups) == 1:
-        rows = np.asarray(groups[0][2], np.int64) + bases[0]
+        rows = (np.asarray(groups[0][2], np.int64) if local is None else local) + bases[0]
+    elif local is not None and isinstance(groups, BatchGroups) and groups.which is not None:
+        # batch_groups' arrays: no walk over the samples in Python
+        rows = np.asarray(bases, np.int64)[groups.which] + local
+        which = groups.which.tolist()
     else:
         flat = [0] * size
         which = [0] * size

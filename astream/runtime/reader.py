@@ -7,11 +7,20 @@ from the epoch plan. For each batch it groups the ids by shard, in order of firs
 opens each shard once (memory-mapped, zero copy), decodes that shard's samples into their
 slots, and hands the batch out in planned order.
 
-Open shards are kept in a small LRU. Without a ``cache_limit`` nothing is ever evicted, so no
-pin is needed and up to ``keep_open`` shards stay mapped. With a limit, an open shard is pinned
-(a shared flock, see ``cache.py``) and the consumer holds **at most one** pin: it drops every
-other shard before it opens a new one. A consumer that waits for room therefore holds nothing
-anyone else waits for, which is what makes the node-wide cache deadlock-free.
+Open shards are kept in an LRU. Without a ``cache_limit`` nothing is ever evicted, so no pin
+is needed and at least ``keep_open`` shards stay mapped. The LRU follows the working set: a
+shard reopened soon after the LRU closed it (it is still in the list of recently closed shards)
+raises the limit by one, up to ``max_open`` shards and, past ``keep_open``, ``max_open_bytes``
+of mapped files. So an epoch whose batches each span more shards than ``keep_open`` maps each
+shard a few times, not once per batch (``stats.shard_maps`` counts the maps). Memory stays
+where it was: only the ``keep_open`` most recently read shards keep their touched pages
+mapped; an older one has them unmapped (``madvise``; the page cache keeps them) and faults
+them back in if it is read again.
+
+With a ``cache_limit``, an open shard is pinned (a shared flock, see ``cache.py``) and the
+consumer holds **at most one** pin: it drops every other shard before it opens a new one (the
+LRU stays at one shard and never grows). A consumer that waits for room therefore holds
+nothing anyone else waits for, which is what makes the node-wide cache deadlock-free.
 
 Split-format shards (json/csv/tsv/xsv) go the same way: the data file is what is mapped,
 pinned and decoded (one line per sample, ``SplitDecoder``); its offsets come from the meta
@@ -42,7 +51,7 @@ from astream.runtime.fetch import _hash_file
 from astream.runtime.locks import FileLock
 from astream.runtime.stats import Stats
 
-__all__ = ["OpenShard", "ShardOpener", "batch_groups", "decode_batch"]
+__all__ = ["BatchGroups", "OpenShard", "ShardOpener", "batch_groups", "decode_batch"]
 
 
 class OpenShard:
@@ -121,6 +130,16 @@ class OpenShard:
             self._pin = None
 
 
+def _nofile() -> int:
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # pragma: no cover - not on Linux/macOS
+        return 1024
+    return soft if soft > 0 else 1 << 20
+
+
 class _MetaMissing(Exception):
     """A split shard's meta file is not in the cache (never fetched, or evicted)."""
 
@@ -194,6 +213,8 @@ class ShardOpener:
         *,
         allow_unsafe_types: bool,
         keep_open: int = 16,
+        max_open: int = 256,
+        max_open_bytes: int = 4 << 30,
         validate_hash: str | None = None,
     ) -> None:
         self.catalog = catalog
@@ -202,6 +223,14 @@ class ShardOpener:
         self.allow_unsafe_types = allow_unsafe_types
         self.pinning = space.limit is not None
         self.keep_open = 1 if self.pinning else max(1, keep_open)
+        self._base = self.keep_open
+        # a mapped shard holds no descriptor, but the columnar decoder's preadv opens one per
+        # shard: stay well inside the process's descriptor limit
+        self.max_open = max(self._base, min(max_open, _nofile() // 4))
+        self.max_open_bytes = max_open_bytes
+        self._open_bytes = 0
+        self._closed: OrderedDict[int, None] = OrderedDict()  # recently closed by the LRU
+        self._hot: OrderedDict[int, None] = OrderedDict()  # the _base most recently read
         self._open: OrderedDict[int, OpenShard] = OrderedDict()
         self._decoders: dict[tuple[Any, ...], SampleDecoder | SplitDecoder] = {}
         self._offsets: dict[int, list[int]] = {}
@@ -226,13 +255,48 @@ class ShardOpener:
         h = self._open.get(s)
         if h is not None:
             self._open.move_to_end(s)
+            self._touch(s)
         return h
+
+    def _touch(self, s: int) -> None:
+        """``s`` is read now. Only the ``_base`` most recently read shards keep the pages they
+        touched mapped: a shard leaving that window has them unmapped (they stay in the page
+        cache), so a larger LRU costs maps, not memory."""
+        hot = self._hot
+        if s in hot:
+            hot.move_to_end(s)
+            return
+        hot[s] = None
+        if len(hot) > self._base:
+            old, _ = hot.popitem(last=False)
+            h = self._open.get(old)
+            if h is not None:
+                drop = getattr(h, "drop_pages", None)
+                if drop is not None:
+                    drop()
 
     def release_all(self) -> None:
         while self._open:
             _, h = self._open.popitem(last=False)
             self._pin_note(h, -1)
             h.close()
+        self._open_bytes = 0
+        self._hot.clear()
+
+    def _evict(self) -> None:
+        """Close least recently used shards down to the limits; remember what was closed."""
+        while len(self._open) > self.keep_open or (
+            len(self._open) > self._base and self._open_bytes > self.max_open_bytes
+        ):
+            s, old = self._open.popitem(last=False)
+            self._hot.pop(s, None)
+            self._open_bytes -= self.catalog.shards[s].files.raw_size
+            self._pin_note(old, -1)
+            old.close()
+            if not self.pinning:
+                self._closed[s] = None
+                if len(self._closed) > self.max_open:
+                    self._closed.popitem(last=False)
 
     def _pin_note(self, h: OpenShard, delta: int) -> None:
         if h._pin is not None:
@@ -297,11 +361,14 @@ class ShardOpener:
                 os.utime(files.raw_path)  # recency for LRU eviction
             except FileNotFoundError:
                 pass
+        self.stats.shard_maps += 1
+        if self._closed.pop(s, 0) is None and self.keep_open < self.max_open:
+            self.keep_open += 1  # closed too early: the working set is larger than the LRU
         self._open[s] = h
-        while len(self._open) > self.keep_open:
-            _, old = self._open.popitem(last=False)
-            self._pin_note(old, -1)
-            old.close()
+        self._open_bytes += files.raw_size
+        if not self.pinning:
+            self._touch(s)
+        self._evict()
         return h
 
     def _handle(self, s: int, path: str, offsets: list[int]) -> OpenShard:
@@ -357,27 +424,50 @@ class ShardOpener:
 Groups = list[tuple[int, list[int], list[int]]]
 
 
-def batch_groups(ids: np.ndarray[Any, np.dtype[np.int64]], catalog: Catalog) -> Groups:
+class BatchGroups(Groups):
+    """A batch's ids grouped by shard: ``(shard, positions in the batch, indices in the shard)``
+    per shard, in order of first appearance. :func:`batch_groups` also sets ``local`` (each
+    id's index in its shard, in batch order) and ``which`` (each id's group; None when there is
+    a single group), which the columnar path reads instead of walking the lists."""
+
+    local: np.ndarray[Any, np.dtype[np.int64]] | None = None
+    which: np.ndarray[Any, np.dtype[np.int64]] | None = None
+
+
+def batch_groups(ids: np.ndarray[Any, np.dtype[np.int64]], catalog: Catalog) -> BatchGroups:
     """(shard, positions in the batch, indices in the shard) per shard, first appearance first.
 
-    Batches are small (tens to thousands of ids): one vectorised lookup, then plain lists.
+    One vectorised lookup and one stable sort by shard; Python only runs once per group.
     """
     shard_a, local_a = catalog.locate(ids)
-    shard: list[int] = shard_a.tolist()
-    local: list[int] = local_a.tolist()
-    if not shard:
-        return []
-    s0 = shard[0]
-    if shard.count(s0) == len(shard):
-        return [(s0, list(range(len(shard))), local)]
-    groups: dict[int, tuple[list[int], list[int]]] = {}
-    for j, (s, li) in enumerate(zip(shard, local)):
-        g = groups.get(s)
-        if g is None:
-            g = groups[s] = ([], [])
-        g[0].append(j)
-        g[1].append(li)
-    return [(s, g[0], g[1]) for s, g in groups.items()]  # dicts keep first-appearance order
+    n = len(shard_a)
+    out = BatchGroups()
+    if not n:
+        return out
+    local_a = np.asarray(local_a, np.int64)
+    out.local = local_a
+    s0 = int(shard_a[0])
+    if not (shard_a != s0).any():
+        out.append((s0, list(range(n)), local_a.tolist()))
+        return out
+    order = np.argsort(shard_a, kind="stable")  # positions, grouped by shard, in batch order
+    sorted_s = shard_a[order]
+    cut = np.flatnonzero(sorted_s[1:] != sorted_s[:-1]) + 1
+    starts = np.concatenate(([0], cut))
+    ends = np.concatenate((cut, [n]))
+    rank = np.argsort(order[starts])  # runs in order of their first position in the batch
+    new_id = np.empty(len(rank), np.int64)
+    new_id[rank] = np.arange(len(rank), dtype=np.int64)
+    which = np.empty(n, np.int64)
+    which[order] = np.repeat(new_id, ends - starts)
+    out.which = which
+    pos = order.tolist()
+    loc = local_a[order].tolist()
+    sh, st, en = sorted_s[starts].tolist(), starts.tolist(), ends.tolist()
+    for g in rank.tolist():
+        a, b = st[g], en[g]
+        out.append((sh[g], pos[a:b], loc[a:b]))
+    return out
 
 
 def decode_batch(
