@@ -387,6 +387,7 @@ def _brief(r: dict[str, Any]) -> str:
     keys = (
         "samples_per_s",
         "mb_per_s",
+        "construct_s",
         "ttfb_s",
         "resume_to_first_batch_s",
         "duplicates",

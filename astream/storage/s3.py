@@ -48,7 +48,6 @@ _THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExce
 
 
 _loader: Any = None
-_loader_pid = 0
 
 
 def _load_models() -> Any:
@@ -68,10 +67,13 @@ def _new_session(loader: Any) -> Any:
 
 
 async def _warm_loader() -> Any:
-    """botocore's data loader with the S3 models parsed, shared by this process's clients."""
-    global _loader, _loader_pid
-    if _loader is None or _loader_pid != os.getpid():
-        _loader, _loader_pid = await asyncio.to_thread(_load_models), os.getpid()
+    """botocore's data loader with the S3 models parsed, shared by this process's clients and
+    inherited by its forked children (DataLoader workers): it is a cache of parsed JSON models,
+    plain data with no socket, lock or thread, so a child reuses it instead of parsing the
+    models again (0.15-0.3 s per worker before its first request)."""
+    global _loader
+    if _loader is None:
+        _loader = await asyncio.to_thread(_load_models)
     return _loader
 
 
