@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import multiprocessing
 import os
 import sys
 import time
@@ -54,39 +53,21 @@ from astream.runtime.catalog import Catalog, check_hash_available
 from astream.runtime.config import DatasetConfig, check_dataset, resolve_steps
 from astream.runtime.engine import Engine
 from astream.runtime.stats import Stats
+from astream.shared import MAX_WORKERS, SharedInts
 
 __all__ = ["StreamingCore"]
 
 SLICE_S = 0.002  # the longest astream keeps the caller's loop on hot data (see aiter)
-MAX_WORKERS = 1024  # DataLoader workers per rank whose epochs the shared state can track
 _BASE, _START, _GEN, _KEEP_END, _SLOTS = 0, 1, 2, 3, 4
 
 
-class _Epochs:
+class _Epochs(SharedInts):
     """Epoch bookkeeping shared by the owner process and its DataLoader workers (see the
     module docstring). Anonymous shared memory: forked workers inherit it, spawned ones get it
     through the worker's start arguments; any other copy (``copy.deepcopy``, ``pickle.dumps``)
     gets a private array with the same values."""
 
-    def __init__(self, values: np.ndarray[Any, Any] | None = None) -> None:
-        self._raw = multiprocessing.RawArray("q", _SLOTS + MAX_WORKERS)
-        self._a = np.frombuffer(self._raw, dtype=np.int64)
-        if values is not None:
-            self._a[:] = values
-
-    def __getstate__(self) -> dict[str, Any]:
-        from multiprocessing import context
-
-        if context.get_spawning_popen() is not None:
-            return {"raw": self._raw}
-        return {"values": self._a.copy()}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        if "raw" in state:
-            self._raw = state["raw"]
-            self._a = np.frombuffer(self._raw, dtype=np.int64)
-        else:
-            self.__init__(state["values"])  # type: ignore[misc]
+    SIZE = _SLOTS + MAX_WORKERS
 
     def reset(self, epoch: int, start: int, keep_end: bool = False) -> int:
         """The next iteration of every consumer runs ``epoch`` from ``start``; returns the

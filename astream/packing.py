@@ -38,7 +38,6 @@ dataset's epoch state; each worker takes its slot once, at its first iteration o
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,37 +47,19 @@ from astream.core.packing import StreamLayout, pack_tokens
 from astream.core.world import World
 from astream.errors import ConfigError
 from astream.placement import dataloader_worker, detect
+from astream.shared import MAX_WORKERS, SharedInts
 
 __all__ = ["KEY", "PackShared", "iter_packed", "merge_states", "setup"]
 
 KEY = "__astream_pack__"  # an item's (stream, samples, offset), for StreamingDataLoader
 _HEAD = 9  # valid, epoch, k0, k_safe, nodes, rpn, workers, rotation, generation
-_MAX = 1024  # workers per rank (astream.dataset.MAX_WORKERS)
 
 
-class PackShared:
+class PackShared(SharedInts):
     """A pending packed resume, shared by a dataset and its DataLoader workers: header, then
     per stream ``(samples, offset)``, then per worker a pending flag."""
 
-    def __init__(self, values: np.ndarray[Any, Any] | None = None) -> None:
-        self._raw = multiprocessing.RawArray("q", _HEAD + 3 * _MAX)
-        self._a = np.frombuffer(self._raw, dtype=np.int64)
-        if values is not None:
-            self._a[:] = values
-
-    def __getstate__(self) -> dict[str, Any]:
-        from multiprocessing import context
-
-        if context.get_spawning_popen() is not None:
-            return {"raw": self._raw}
-        return {"values": self._a.copy()}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        if "raw" in state:
-            self._raw = state["raw"]
-            self._a = np.frombuffer(self._raw, dtype=np.int64)
-        else:
-            self.__init__(state["values"])  # type: ignore[misc]
+    SIZE = _HEAD + 3 * MAX_WORKERS
 
     def clear(self) -> None:
         self._a[0] = 0
@@ -99,7 +80,7 @@ class PackShared:
         a[8] += 1
         w = world.workers_per_rank
         a[_HEAD : _HEAD + 2 * w] = np.asarray(cursors, dtype=np.int64).reshape(-1)
-        a[_HEAD + 2 * _MAX : _HEAD + 2 * _MAX + w] = 1
+        a[_HEAD + 2 * MAX_WORKERS : _HEAD + 2 * MAX_WORKERS + w] = 1
         a[0] = 1
 
     def resolve(
@@ -131,7 +112,7 @@ class PackShared:
         begin, rot, cursors = self.resolve(epoch, start, world)
         w = world.workers_per_rank
         stream = (rot + worker) % w
-        flag = _HEAD + 2 * _MAX + worker
+        flag = _HEAD + 2 * MAX_WORKERS + worker
         if cursors is None or not self._a[flag]:
             return begin, stream, 0, 0
         self._a[flag] = 0

@@ -94,7 +94,7 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
             dataset, kwargs = self._batch_mode(dataset, args, kwargs, batch_format, ragged)
             args = ()
         super().__init__(dataset, *args, **kwargs)
-        from astream.dataset import MAX_WORKERS
+        from astream.shared import MAX_WORKERS
 
         if self.num_workers > MAX_WORKERS:
             raise ConfigError(
