@@ -3,6 +3,7 @@ LRU grows to the working set, so an epoch maps each shard O(1) times, not once p
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from typing import Any
@@ -84,6 +85,10 @@ def _shards_with_pages(path: str) -> int:
 
 def test_only_the_base_lru_keeps_pages_mapped(many_shards: tuple[str, int]) -> None:
     path, nshards = many_shards
+    # the datasets of the tests before this one (same files, same process) must be gone, so
+    # that only this dataset's maps are counted: collect them, and check none is left
+    gc.collect()
+    assert _shards_with_pages(os.path.realpath(path)) == 0
     ds = StreamingDataset(local=path, batch_size=64, shuffle=True, shuffle_algo="naive")
     it = iter(ds)
     for _ in range(1500):
