@@ -19,9 +19,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-PEERS = ("mosaic", "lit")
+PEERS = ("mosaic", "lit", "lit-full")  # lit-full: litdata at item_shuffle_window=0
 OURS = ("astream", "astream-py1e")  # astream at its defaults, and at the reference's shuffle
-LIB_ORDER = ("astream", "astream-py1e", "mosaic", "lit", "sdk")
+LIB_ORDER = ("astream", "astream-py1e", "mosaic", "lit", "lit-full", "sdk")
 
 # metric -> True if higher is better, None: no ratio (a property of the order, not a speed)
 HEADLINES: dict[str, list[tuple[str, bool | None]]] = {

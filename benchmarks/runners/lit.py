@@ -67,12 +67,19 @@ class Lit(Adapter):
         )
 
     def dataset(self, spec: dict[str, Any], cold: bool) -> Any:
-        common = {"shuffle": True, "seed": spec["seed"]}
+        common: dict[str, Any] = {"shuffle": True, "seed": spec["seed"]}
+        if "item_shuffle_window" in spec:  # variant lit-full: 0 = full in-chunk permutation
+            common["item_shuffle_window"] = spec["item_shuffle_window"]
         if cold:
-            return self.ld.StreamingDataset(
+            ds = self.ld.StreamingDataset(
                 spec["remote"], cache_dir=spec["cache"], storage_options=self._storage(), **common
             )
-        return self.ld.StreamingDataset(str(Path(spec["data"]).resolve()), **common)
+        else:
+            ds = self.ld.StreamingDataset(str(Path(spec["data"]).resolve()), **common)
+        want = spec.get("item_shuffle_window")
+        if want is not None and ds._item_shuffle_window != want:  # litdata resolved it otherwise
+            raise RuntimeError(f"item_shuffle_window={want} resolved to {ds._item_shuffle_window}")
+        return ds
 
     def loader(self, spec: dict[str, Any], ds: Any, num_workers: int) -> Any:
         return self.ld.StreamingDataLoader(
