@@ -63,7 +63,9 @@ def test_lit_full_yields_a_stronger_order_than_lit(tmp_path: Path) -> None:
     for w in (0, 2):
         key = f"hot/tokens/w{w}"
         assert res["status"][key] == {"lit": "ok", "lit-full": "ok"}, res["status"][key]
-        score = {lib: res["figures"][key][lib]["order_score"]["median"] for lib in ("lit", "lit-full")}
+        score = {
+            lib: res["figures"][key][lib]["order_score"]["median"] for lib in ("lit", "lit-full")
+        }
         # every sample delivered by both, and the full in-chunk permutation is the stronger order
         n = {lib: res["figures"][key][lib]["samples"]["median"] for lib in ("lit", "lit-full")}
         assert n["lit"] == n["lit-full"] == res["meta"]["samples"]["tokens"]
