@@ -40,8 +40,10 @@ LIBS = ("astream", "mosaic", "lit")
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "astream-py1e": ("astream", {"shuffle_algo": "py1e"}),
     # litdata at its strongest shuffle: its default FullShuffle permutes chunks, then samples
-    # only inside blocks of 256 (item_shuffle_window); 0 is a full permutation inside each chunk
-    "lit-full": ("lit", {"item_shuffle_window": 0}),
+    # only inside blocks of 256 (item_shuffle_window); 0 is a full permutation inside each chunk.
+    # batch_decode=0 (decode per item): its default decodes a window of rows around each item
+    # read, which a full in-chunk permutation defeats (~56x slower on tokens, 2026-12-02-f89ab4c)
+    "lit-full": ("lit", {"item_shuffle_window": 0, "batch_decode": 0}),
 }
 SHUFFLE_MODES = ("defaults", "both")
 SCENARIOS = ("write", "physical", "hot", "cold", "resume", "random", "scale")
@@ -83,7 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=SHUFFLE_MODES,
         help="hot/cold: each library at its defaults, or 'both': also astream with the "
         "reference's shuffle_algo='py1e' and block (column astream-py1e), and litdata with "
-        "item_shuffle_window=0, a full in-chunk permutation (column lit-full)",
+        "item_shuffle_window=0, a full in-chunk permutation, decoding per item (column lit-full)",
     )
     a = ap.parse_args(argv)
     a.libs = [x for x in a.libs.split(",") if x]

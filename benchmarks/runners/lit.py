@@ -68,8 +68,9 @@ class Lit(Adapter):
 
     def dataset(self, spec: dict[str, Any], cold: bool) -> Any:
         common: dict[str, Any] = {"shuffle": True, "seed": spec["seed"]}
-        if "item_shuffle_window" in spec:  # variant lit-full: 0 = full in-chunk permutation
-            common["item_shuffle_window"] = spec["item_shuffle_window"]
+        for k in ("item_shuffle_window", "batch_decode"):  # variant lit-full (benchmarks/run.py)
+            if k in spec:
+                common[k] = spec[k]
         if cold:
             ds = self.ld.StreamingDataset(
                 spec["remote"], cache_dir=spec["cache"], storage_options=self._storage(), **common

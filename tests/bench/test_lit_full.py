@@ -2,10 +2,11 @@
 
 litdata 0.2.76's default shuffle permutes its chunks and then samples only inside blocks of
 256, so its order is far weaker than astream's or mosaic's; ``--shuffle both`` adds a litdata
-column with a full in-chunk permutation. The first tests check the wiring in the harness; the
-last runs the real harness with the peers' litdata on a tiny dataset (skipped where the peers'
-venv is absent) and checks that the setting reached litdata: the order it yields scores higher
-than the default's.
+column with a full in-chunk permutation, decoding per item (``batch_decode=0``: its default
+decodes a window of rows around each item, which that order defeats). The first tests check
+the wiring in the harness; the last runs the real harness with the peers' litdata on a tiny
+dataset (skipped where the peers' venv is absent) and checks that the setting reached
+litdata: the order it yields scores higher than the default's.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def test_shuffle_both_adds_each_variant_after_its_library() -> None:
 
 
 def test_lit_full_spec_reaches_the_lit_runner_with_window_zero(tmp_path: Path) -> None:
-    assert VARIANTS["lit-full"] == ("lit", {"item_shuffle_window": 0})
+    assert VARIANTS["lit-full"] == ("lit", {"item_shuffle_window": 0, "batch_decode": 0})
     a = parse_args(["--work", str(tmp_path), "--out", str(tmp_path / "out"), "--shuffle", "both"])
     h = Harness(a)
     h.data[("lit", "tokens")] = tmp_path / "lit-tokens"
@@ -41,8 +42,8 @@ def test_lit_full_spec_reaches_the_lit_runner_with_window_zero(tmp_path: Path) -
     # the same runner and the same written copy, only the window differs
     assert full["lib"] == default["lib"] == "lit"
     assert full["data"] == default["data"] == str(tmp_path / "lit-tokens")
-    assert full["item_shuffle_window"] == 0
-    assert "item_shuffle_window" not in default
+    assert (full["item_shuffle_window"], full["batch_decode"]) == (0, 0)
+    assert "item_shuffle_window" not in default and "batch_decode" not in default
     # each column keeps its own download cache
     assert full["cache"] != default["cache"]
 
