@@ -19,9 +19,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-PEERS = ("mosaic", "lit")
+PEERS = ("mosaic", "lit", "lit-full")  # lit-full: litdata at item_shuffle_window=0
 OURS = ("astream", "astream-py1e")  # astream at its defaults, and at the reference's shuffle
-LIB_ORDER = ("astream", "astream-py1e", "mosaic", "lit", "sdk")
+LIB_ORDER = ("astream", "astream-py1e", "mosaic", "lit", "lit-full", "sdk")
+EPOCH_ONLY = ("astream-py1e", "lit-full")  # shuffle variants: hot/cold columns only
 
 # metric -> True if higher is better, None: no ratio (a property of the order, not a speed)
 HEADLINES: dict[str, list[tuple[str, bool | None]]] = {
@@ -156,10 +157,10 @@ def markdown(results: dict[str, Any]) -> str:
         gkeys = [k for k in keys if k.split("/")[0] == group]
         if not gkeys:
             continue
-        cols = [lib for lib in libs if group in ("hot", "cold") or lib not in OURS[1:]]
+        cols = [lib for lib in libs if group in ("hot", "cold") or lib not in EPOCH_ONLY]
         cols += ["sdk"] if group == "physical" else []
         # ratios compare libraries; the physical limits and byte-compat rows have none
-        gpeers = [] if group in ("physical", "compat") else peers
+        gpeers = [] if group in ("physical", "compat") else [p for p in peers if p in cols]
         pairs = [(o, p) for o in (ours if group in ("hot", "cold") else ours[:1]) for p in gpeers]
         head = ["case", "metric", *cols]
         head += [f"vs {p}" if o == "astream" else f"{o} vs {p}" for o, p in pairs]

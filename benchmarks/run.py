@@ -39,9 +39,24 @@ LIBS = ("astream", "mosaic", "lit")
 # matched-shuffle rows of the hot/cold scenarios (``--shuffle both``)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "astream-py1e": ("astream", {"shuffle_algo": "py1e"}),
+    # litdata at its strongest shuffle: its default FullShuffle permutes chunks, then samples
+    # only inside blocks of 256 (item_shuffle_window); 0 is a full permutation inside each chunk.
+    # batch_decode=0 (decode per item): its default decodes a window of rows around each item
+    # read, which a full in-chunk permutation defeats (~56x slower on tokens, 2026-12-02-f89ab4c)
+    "lit-full": ("lit", {"item_shuffle_window": 0, "batch_decode": 0}),
 }
 SHUFFLE_MODES = ("defaults", "both")
 SCENARIOS = ("write", "physical", "hot", "cold", "resume", "random", "scale")
+
+
+def epoch_libs(libs: list[str], shuffle: str) -> list[str]:
+    """``libs`` plus, with ``--shuffle both``, each variant right after its library."""
+    out = list(libs)
+    if shuffle == "both":
+        for variant, (runner, _) in VARIANTS.items():
+            if runner in out:
+                out.insert(out.index(runner) + 1, variant)
+    return out
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -69,7 +84,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="defaults",
         choices=SHUFFLE_MODES,
         help="hot/cold: each library at its defaults, or 'both': also astream with the "
-        "reference's shuffle_algo='py1e' and block (column astream-py1e)",
+        "reference's shuffle_algo='py1e' and block (column astream-py1e), and litdata with "
+        "item_shuffle_window=0, a full in-chunk permutation, decoding per item (column lit-full)",
     )
     a = ap.parse_args(argv)
     a.libs = [x for x in a.libs.split(",") if x]
@@ -235,11 +251,8 @@ class Harness:
         physical.sequential_reads(self)
 
     def epoch_libs(self) -> list[str]:
-        """The hot/cold columns: every library, plus astream at the reference's shuffle."""
-        libs = list(self.a.libs)
-        if self.a.shuffle == "both" and "astream" in libs:
-            libs.insert(libs.index("astream") + 1, "astream-py1e")
-        return libs
+        """The hot/cold columns: every library, plus the matched-shuffle variants."""
+        return epoch_libs(self.a.libs, self.a.shuffle)
 
     def do_hot(self) -> None:
         for wl in self.a.workloads:
@@ -350,7 +363,7 @@ class Harness:
             "scale": a.scale,
             "reps": a.reps,
             "seed": a.seed,
-            "libs": a.libs + (["astream-py1e"] if a.shuffle == "both" else []),
+            "libs": epoch_libs(a.libs, a.shuffle),
             "shuffle": a.shuffle,
             "workloads": a.workloads,
             "scenarios": a.scenarios,

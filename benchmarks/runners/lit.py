@@ -67,12 +67,20 @@ class Lit(Adapter):
         )
 
     def dataset(self, spec: dict[str, Any], cold: bool) -> Any:
-        common = {"shuffle": True, "seed": spec["seed"]}
+        common: dict[str, Any] = {"shuffle": True, "seed": spec["seed"]}
+        for k in ("item_shuffle_window", "batch_decode"):  # variant lit-full (benchmarks/run.py)
+            if k in spec:
+                common[k] = spec[k]
         if cold:
-            return self.ld.StreamingDataset(
+            ds = self.ld.StreamingDataset(
                 spec["remote"], cache_dir=spec["cache"], storage_options=self._storage(), **common
             )
-        return self.ld.StreamingDataset(str(Path(spec["data"]).resolve()), **common)
+        else:
+            ds = self.ld.StreamingDataset(str(Path(spec["data"]).resolve()), **common)
+        want = spec.get("item_shuffle_window")
+        if want is not None and ds._item_shuffle_window != want:  # litdata resolved it otherwise
+            raise RuntimeError(f"item_shuffle_window={want} resolved to {ds._item_shuffle_window}")
+        return ds
 
     def loader(self, spec: dict[str, Any], ds: Any, num_workers: int) -> Any:
         return self.ld.StreamingDataLoader(

@@ -118,6 +118,30 @@ def test_matched_shuffle_column_gets_its_own_ratios_and_scores_have_none() -> No
     assert "| case | metric | astream | mosaic | lit | vs mosaic | vs lit |" in md
 
 
+def test_lit_full_column_and_its_ratios_in_hot_only() -> None:
+    key = "hot/tokens/w0"
+    recs = [
+        _rec(key, "astream", 0, samples_per_s=300.0, order_score=0.95),
+        _rec(key, "astream-py1e", 0, samples_per_s=200.0, order_score=1.01),
+        _rec(key, "lit", 0, samples_per_s=400.0, order_score=0.03),
+        _rec(key, "lit-full", 0, samples_per_s=50.0, order_score=0.13),
+        _rec("write/tokens", "astream", 0, mb_per_s=10.0),
+        _rec("write/tokens", "lit", 0, mb_per_s=5.0),
+    ]
+    meta = {"scale": 0.1, "samples": {"tokens": 100}, "shard_bytes": 1 << 20, "batch_size": 32,
+            "reps": 1, "cpus": 2, "date": "d",
+            "libs": ["astream", "astream-py1e", "lit", "lit-full"]}  # fmt: skip
+    md = markdown({"meta": meta, **summarize(recs)})
+    head = "| case | metric | astream | astream-py1e | lit | lit-full | vs lit | vs lit-full | "
+    assert head + "astream-py1e vs lit | astream-py1e vs lit-full |" in md
+    row = "| hot/tokens/w0 | samples_per_s | 300 | 200 | 400 | 50 |"
+    assert row + " 0.75x | 6x | 0.5x | 4x |" in md
+    assert "| hot/tokens/w0 | order_score | 0.95 | 1.01 | 0.03 | 0.13 |  |  |  |  |" in md
+    # writes have no variant columns and no ratio to them
+    assert "| case | metric | astream | lit | vs lit |" in md
+    assert "| write/tokens | mb_per_s | 10 | 5 | 2x |" in md
+
+
 def test_a_runner_past_the_timeout_is_recorded_as_stalled_not_failed() -> None:
     from benchmarks.run import Harness, parse_args
 
