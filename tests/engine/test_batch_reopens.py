@@ -93,9 +93,11 @@ def test_only_the_base_lru_keeps_pages_mapped(many_shards: tuple[str, int]) -> N
     it = iter(ds)
     for _ in range(1500):
         next(it)
-    # every shard is still mapped (no reopen churn), but only the 16 most recently read
-    # keep the pages they touched in this process's memory (16-17 seen; 32 without the
-    # unmapping: every shard of the dataset)
-    assert _shards_with_pages(os.path.realpath(path)) <= 18
+    # every shard is still mapped (no reopen churn), but only the 16 most recently read keep
+    # the pages they touched in this process's memory, plus shards opened since and not read
+    # yet (timing-dependent: 16-17 alone, up to 22 seen in a full-suite run); without the
+    # unmapping every shard of the dataset keeps its pages (32)
+    assert nshards == 32
+    assert _shards_with_pages(os.path.realpath(path)) <= 24
     assert ds.stats.shard_maps <= 2 * nshards
     list(it)
