@@ -270,8 +270,8 @@ def test_errors_name_the_argument(tokens: Any) -> None:
                 return x
 
         asyncio.run(first())
-    with pytest.raises(ConfigError, match="shared_memory"):
-        ds.batch_view(shared_memory=False)
+    with pytest.raises(ConfigError, match="ring must be an int >= 1"):
+        ds.batch_view(ring=0)
     with pytest.raises(ConfigError, match="remaining_len"):
         StreamingDataLoader(ds, batch_size=2).remaining_len()
 
