@@ -40,12 +40,13 @@ def stacked_sample_path(path: str, seq_len: int, loader_kw: dict[str, Any], **kw
     return epoch
 
 
-def through_ring(ld: Any, workers: int) -> list[dict[str, Any]]:
+def through_ring(ld: Any, workers: int, fmt: str = "torch") -> list[dict[str, Any]]:
     """One epoch of ``ld``, copied; checks every batch of a worker came through a ring slot
-    (mapped in this process) and, with no worker, that none did."""
+    (mapped in this process) and, with no worker, that none did; and the columns' type."""
     out = []
+    kind = torch.Tensor if fmt == "torch" else np.ndarray
     for b in ld:
-        assert set(b) == set(KEYS)
+        assert set(b) == set(KEYS) and all(type(v) is kind for v in b.values())
         if workers:
             assert shm.mapped_slots() > 0
         out.append({k: torch.as_tensor(v).clone() for k, v in b.items()})
@@ -86,7 +87,7 @@ def test_batches_equal_stacked_sample_path(
     for fmt in ("torch", "numpy"):
         ld = StreamingDataLoader(make(path, 40), batch_format=fmt, **kw)
         for e in range(2):
-            got = through_ring(ld, workers)
+            got = through_ring(ld, workers, fmt)
             assert equal(got, want[e]), (fmt, e)
         del ld
         gc.collect()
