@@ -42,14 +42,18 @@ def stacked_sample_path(path: str, seq_len: int, loader_kw: dict[str, Any], **kw
 
 def through_ring(ld: Any, workers: int, fmt: str = "torch") -> list[dict[str, Any]]:
     """One epoch of ``ld``, copied; checks every batch of a worker came through a ring slot
-    (mapped in this process) and, with no worker, that none did; and the columns' type."""
-    out = []
+    (mapped in this process) and, with no worker, that none did; the columns' type; and that
+    the batches, all held until the epoch's end, were not overwritten meanwhile."""
+    out, held = [], []
     kind = torch.Tensor if fmt == "torch" else np.ndarray
     for b in ld:
         assert set(b) == set(KEYS) and all(type(v) is kind for v in b.values())
         if workers:
             assert shm.mapped_slots() > 0
         out.append({k: torch.as_tensor(v).clone() for k, v in b.items()})
+        held.append(b)
+    # every batch held to the end is intact: a slot is not reused while the trainer holds it
+    assert equal([{k: torch.as_tensor(v) for k, v in b.items()} for b in held], out)
     return out
 
 
