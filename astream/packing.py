@@ -49,7 +49,7 @@ from astream.errors import ConfigError
 from astream.placement import dataloader_worker, detect
 from astream.shared import MAX_WORKERS, SharedInts
 
-__all__ = ["KEY", "PackShared", "iter_packed", "merge_states", "setup"]
+__all__ = ["KEY", "PackShared", "PackedBatch", "iter_packed", "merge_states", "setup"]
 
 KEY = "__astream_pack__"  # an item's (stream, samples, offset), for StreamingDataLoader
 _HEAD = 9  # valid, epoch, k0, k_safe, nodes, rpn, workers, rotation, generation
@@ -231,21 +231,60 @@ def _run(
     progress["done"] = True
 
 
-def group(items: Iterator[dict[str, Any]], size: int, drop_last: bool) -> Iterator[dict[str, Any]]:
-    """``size`` consecutive sequences stacked: ``{column: (size, seq_len)}``; a carried
-    ``KEY`` is the last item's."""
+class PackedBatch:
+    """``size`` packed sequences to be stacked into ``{column: (size, seq_len)}`` arrays, each
+    allocated by ``alloc`` (private memory, or a DataLoader worker's shared-memory slot:
+    :meth:`astream.torch.shm.WorkerRing.finish` takes this like a column batch). The columns
+    are those of the sequences (the token column, ``position_ids``, ``segment_ids``), a
+    carried ``KEY`` left out."""
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.items = items
+        self.size = len(items)
+        self.columns = [k for k in items[0] if k != KEY]
+
+    def nbytes_bound(self) -> int:
+        """At least the bytes :meth:`finish` asks its allocator for (64 per array for
+        alignment)."""
+        first = self.items[0]
+        return sum(self.size * int(first[k].nbytes) + 64 for k in self.columns)
+
+    def finish(self, alloc: Any = None) -> dict[str, np.ndarray[Any, Any]]:
+        """The stacked arrays (``alloc(shape, dtype)`` gives each one; default ``np.empty``)."""
+        out: dict[str, np.ndarray[Any, Any]] = {}
+        items = self.items
+        for k in self.columns:
+            a0 = np.asarray(items[0][k])
+            shape = (self.size, *a0.shape)
+            dst = np.empty(shape, a0.dtype) if alloc is None else alloc(shape, a0.dtype)
+            for j, x in enumerate(items):
+                dst[j] = x[k]
+            out[k] = dst
+        return out
+
+
+def chunks(
+    items: Iterator[dict[str, Any]], size: int, drop_last: bool
+) -> Iterator[list[dict[str, Any]]]:
+    """``size`` consecutive sequences at a time (the last chunk shorter unless ``drop_last``)."""
     buf: list[dict[str, Any]] = []
     for item in items:
         buf.append(item)
         if len(buf) == size:
-            yield _stack(buf)
+            yield buf
             buf = []
     if buf and not drop_last:
-        yield _stack(buf)
+        yield buf
+
+
+def group(items: Iterator[dict[str, Any]], size: int, drop_last: bool) -> Iterator[dict[str, Any]]:
+    """``size`` consecutive sequences stacked: ``{column: (size, seq_len)}``; a carried
+    ``KEY`` is the last item's."""
+    return (_stack(buf) for buf in chunks(items, size, drop_last))
 
 
 def _stack(buf: list[dict[str, Any]]) -> dict[str, Any]:
-    out = {k: np.stack([x[k] for x in buf]) for k in buf[0] if k != KEY}
+    out: dict[str, Any] = PackedBatch(buf).finish()
     if KEY in buf[-1]:
         out[KEY] = buf[-1][KEY]
     return out

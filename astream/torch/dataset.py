@@ -47,16 +47,9 @@ class StreamingDataset(StreamingCore, IterableDataset):  # type: ignore[type-arg
             from astream.packing import check_batches
             from astream.torch.packing import PackView
 
-            if shared_memory is not True or ring != 4:
-                from astream.errors import ConfigError
-
-                raise ConfigError(
-                    "shared_memory/ring do not apply with pack_to: packed batches are handed "
-                    "over by torch's own pickling"
-                )
             size = check_batches(self, None, ragged)
             self._batch_converter(batch_format)
-            return PackView(self, size, batch_format, drop_last, carry=False)
+            return PackView(self, size, batch_format, drop_last, False, shared_memory, ring)
         from astream.torch.batches import BatchDataset
 
         return BatchDataset(self, batch_format, ragged, drop_last, shared_memory, ring)

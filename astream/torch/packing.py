@@ -10,10 +10,20 @@ sees the items, and returns ``(batch, cursor)``. :class:`LoaderPack` (in the mai
 unwraps that pair, keeps each stream's latest cursor and which stream comes next, and turns them
 into the rank's checkpoint (:func:`astream.packing.make_state`). The cursor of a batch is that
 of the batch the trainer received, whatever the workers have prefetched beyond it.
+
+With ``batch_format`` in a DataLoader worker, the ``batch_size`` sequences of a batch are
+copied straight into a slot of the worker's shared-memory ring (:class:`astream.packing.
+PackedBatch` is the stacking, :class:`astream.torch.shm.WorkerRing` the ring) and the worker
+yields ``(SlotBatch handle, cursor)``: the DataLoader moves a few hundred bytes per batch, and
+the main process gets ``[batch_size, pack_to]`` tensors (or arrays) viewing the slot. The
+values are those of stacking the sequences in private memory (``num_workers=0``,
+``ds.batches()``), which the same :class:`~astream.packing.PackedBatch` does.
 """
 
 from __future__ import annotations
 
+import os
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,15 +31,18 @@ from torch.utils.data import IterableDataset, default_collate, default_convert
 
 from astream.core.world import World
 from astream.errors import ConfigError
-from astream.packing import KEY, group, iter_packed, make_state
-from astream.placement import detect
+from astream.packing import KEY, PackedBatch, chunks, group, iter_packed, make_state
+from astream.placement import dataloader_worker, detect
+from astream.torch.shm import WorkerRing, forget_group, new_group
 
 __all__ = ["LoaderPack", "PackCollate", "PackView", "pack_loader_args"]
 
 
 class PackView(IterableDataset):  # type: ignore[type-arg]
     """Packed sequences of ``dataset`` (with their cursors when ``carry``); ``size``: stacked
-    ``size`` at a time and converted to ``batch_format``."""
+    ``size`` at a time and converted to ``batch_format``. In a DataLoader worker with
+    ``shared_memory`` (the default), each stacked batch is built in the worker's ring of
+    ``ring`` shared-memory slots and handed over as a handle (:mod:`astream.torch.shm`)."""
 
     def __init__(
         self,
@@ -38,20 +51,52 @@ class PackView(IterableDataset):  # type: ignore[type-arg]
         batch_format: str | None = None,
         drop_last: bool = False,
         carry: bool = True,
+        shared_memory: bool = True,
+        ring: int = 4,
     ) -> None:
+        if isinstance(ring, bool) or not isinstance(ring, int) or ring < 1:
+            raise ConfigError(f"ring must be an int >= 1, got {ring!r}")
         self.dataset = dataset
         self.size = size
         self.batch_format = batch_format
         self.drop_last = drop_last
         self.carry = carry
+        self.shared_memory = bool(shared_memory)
+        self.ring = ring
+        self.group = new_group()
+        self._ring: WorkerRing | None = None
+        weakref.finalize(self, forget_group, self.group)  # the maps die with the view
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_ring"] = None
+        return state
 
     def __iter__(self) -> Iterator[Any]:
         items = iter_packed(self.dataset, carry=self.carry)
         if self.size is None:
             return items
         assert self.batch_format is not None
+        me = dataloader_worker()
+        if me is not None and self.shared_memory:
+            ring = self._ring
+            if ring is None or ring.pid != os.getpid():
+                ring = self._ring = WorkerRing(self.group, me[0], self.ring)
+            return _handed(chunks(items, self.size, self.drop_last), ring,
+                           self.batch_format == "torch")  # fmt: skip
         convert = self.dataset._batch_converter(self.batch_format)
         return (_converted(b, convert) for b in group(items, self.size, self.drop_last))
+
+
+def _handed(
+    bufs: Iterator[list[dict[str, Any]]], ring: WorkerRing, as_torch: bool
+) -> Iterator[Any]:
+    """Each chunk of sequences stacked in a ring slot: its handle, with the chunk's cursor
+    (``(handle, cursor)``) when the sequences carry one."""
+    for buf in bufs:
+        cur = buf[-1].get(KEY)
+        handle = ring.finish(PackedBatch(buf), as_torch)  # type: ignore[arg-type]
+        yield handle if cur is None else (handle, cur)
 
 
 def _converted(batch: dict[str, Any], convert: Callable[[dict[str, Any]], Any]) -> Any:
@@ -69,6 +114,8 @@ class PackCollate:
         self.fn = fn
 
     def __call__(self, items: Any) -> tuple[Any, tuple[int, int, int]]:
+        if isinstance(items, tuple):  # a batch in a shared-memory slot: (handle, cursor)
+            return self.fn(items[0]), items[1]
         if isinstance(items, dict):  # automatic batching off: one item (or stacked batch)
             cur = items.pop(KEY)
             return self.fn(items), cur

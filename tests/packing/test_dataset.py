@@ -270,17 +270,20 @@ def test_errors_name_the_argument(tokens: Any) -> None:
                 return x
 
         asyncio.run(first())
-    with pytest.raises(ConfigError, match="shared_memory"):
-        ds.batch_view(shared_memory=False)
+    with pytest.raises(ConfigError, match="ring must be an int >= 1"):
+        ds.batch_view(ring=0)
     with pytest.raises(ConfigError, match="remaining_len"):
         StreamingDataLoader(ds, batch_size=2).remaining_len()
 
 
 @pytest.mark.slow
-def test_spawned_workers(tokens: Any) -> None:
-    """Workers started by spawn get the pending resume through the shared memory too."""
+@pytest.mark.parametrize("fmt", [None, "torch"])
+def test_spawned_workers(tokens: Any, fmt: str | None) -> None:
+    """Workers started by spawn get the pending resume through the shared memory too (packed
+    batches through the ring with batch_format)."""
     path, _ = tokens
-    kw = {"batch_size": 3, "num_workers": 2, "multiprocessing_context": "spawn"}
+    kw = {"batch_size": 3, "num_workers": 2, "multiprocessing_context": "spawn",
+          "batch_format": fmt}  # fmt: skip
     full = run(StreamingDataLoader(make(path, 40), **kw))
     loader = StreamingDataLoader(make(path, 40), **kw)
     head = run(loader, 4)
