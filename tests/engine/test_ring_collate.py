@@ -157,3 +157,18 @@ def test_handover_argument(path: str, tmp_path: Any) -> None:
     packed = StreamingDataset(local=p, batch_size=4, pack_to=8)
     with pytest.raises(ConfigError, match="handover='ring' with pack_to"):
         StreamingDataLoader(packed, batch_size=4, handover="ring")
+
+
+@pytest.mark.slow  # spawned workers import torch: ~45 s on the loaded 2-core machine
+def test_spawned_persistent_workers(path: str) -> None:
+    """The wrapped collate pickles to spawned workers, and persistent workers reuse their
+    slots across epochs; every epoch still equals torch's pickling."""
+
+    def two_epochs(handover: str | None, **kw: Any) -> list[list[Any]]:
+        ds = StreamingDataset(local=path, batch_size=8, shuffle=True, shuffle_seed=3)
+        ld = StreamingDataLoader(ds, batch_size=8, num_workers=2, handover=handover, **kw)
+        return [[_copy(b) for b in ld] for _ in range(2)]
+
+    want = two_epochs("torch")
+    got = two_epochs(None, persistent_workers=True, multiprocessing_context="spawn")
+    same(got, want)
