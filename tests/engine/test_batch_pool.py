@@ -16,6 +16,12 @@ from astream.core import batchdecode
 from .test_batches import check_batch, collated, write
 
 
+@pytest.fixture(autouse=True)
+def pool_every_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These batches are small: pool them all the same."""
+    monkeypatch.setattr(batchdecode.POOL, "min_bytes", 0)
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Any]:
     path = str(tmp_path_factory.mktemp("pool") / "all")
