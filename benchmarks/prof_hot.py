@@ -22,6 +22,7 @@ import cProfile
 import io
 import pstats
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    jobs = {
+    jobs: dict[str, Callable[[], str]] = {
         "images_w0_torch": lambda: images_w0(a.data / "images"),
         "tokens_w2_dicts_ring": lambda: tokens_w2(a.data / "tokens", "ring"),
         "tokens_w2_dicts_torch": lambda: tokens_w2(a.data / "tokens", "torch"),
