@@ -30,6 +30,7 @@ from astream.errors import ConfigError
 from astream.placement import detect
 from astream.torch.batches import identity as _identity
 from astream.torch.dataset import StreamingDataset
+from astream.torch.shm import RingCollate
 
 __all__ = ["StreamingDataLoader"]
 
@@ -68,6 +69,12 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
     ``batch_format="numpy"|"torch"`` (with ``ragged="pad"|"offsets"``): each batch is a dict
     of columns decoded as a whole, handed over from workers through shared memory
     (docs/batches.md); ``collate_fn`` does not apply then.
+
+    ``handover``: how batches cross from DataLoader workers. ``None`` (default) or ``"ring"``:
+    through each worker's ring of shared-memory slots (collated batches: the CPU tensors the
+    ``collate_fn`` returns, in plain dicts/lists/tuples, are copied into a slot and a handle
+    crosses); ``"torch"``: torch's own pickling (a shared-memory segment per tensor).
+    Packed batches (``pack_to``) always use torch's.
     """
 
     def __init__(
@@ -76,8 +83,11 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
         *args: Any,
         batch_format: str | None = None,
         ragged: str = "pad",
+        handover: str | None = None,
         **kwargs: Any,
     ) -> None:
+        if handover not in (None, "ring", "torch"):
+            raise ConfigError(f"handover must be 'ring' or 'torch', got {handover!r}")
         if not isinstance(dataset, StreamingDataset):
             raise ConfigError(
                 f"StreamingDataLoader needs an astream StreamingDataset, got {type(dataset)!r}"
@@ -86,14 +96,29 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
         self._columns = batch_format is not None
         self._pack: Any = None
         if dataset.pack is not None:  # pack_to: sequences with their cursors (torch/packing.py)
+            if handover == "ring":
+                raise ConfigError(
+                    "handover='ring' with pack_to: packed batches are handed over by torch's "
+                    "own pickling"
+                )
             from astream.torch.packing import LoaderPack, pack_loader_args
 
             dataset, kwargs = pack_loader_args(dataset, args, kwargs, batch_format, ragged)
             self._pack, self._columns, args = LoaderPack(), False, ()
         elif batch_format is not None:
-            dataset, kwargs = self._batch_mode(dataset, args, kwargs, batch_format, ragged)
+            ring = handover != "torch"
+            dataset, kwargs = self._batch_mode(dataset, args, kwargs, batch_format, ragged, ring)
             args = ()
         super().__init__(dataset, *args, **kwargs)
+        if (
+            not self._columns
+            and self._pack is None
+            and handover != "torch"
+            and self.num_workers > 0
+            and self.batch_sampler is not None
+        ):
+            # collated batches cross through the workers' shared-memory rings (torch/shm.py)
+            self.collate_fn = RingCollate(self.collate_fn)
         from astream.shared import MAX_WORKERS
 
         if self.num_workers > MAX_WORKERS:
@@ -127,6 +152,7 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
         kwargs: dict[str, Any],
         batch_format: str,
         ragged: str,
+        shared_memory: bool = True,
     ) -> tuple[Any, dict[str, Any]]:
         """The batch view and DataLoader arguments of a ``batch_format`` loader."""
         if args:
@@ -153,7 +179,9 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
                 f"batch_size={ds.batch_size}; they must match for exact resumption"
             )
         drop_last = bool(kwargs.pop("drop_last", False))
-        view = ds.batch_view(batch_format, ragged=ragged, drop_last=drop_last)
+        view = ds.batch_view(
+            batch_format, ragged=ragged, drop_last=drop_last, shared_memory=shared_memory
+        )
         kwargs.update(batch_size=None, collate_fn=_identity)
         return view, kwargs
 

@@ -31,6 +31,7 @@ that id (a new epoch without ``persistent_workers``) drops the previous one's ma
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import threading
@@ -43,8 +44,9 @@ import numpy as np
 import torch
 
 from astream.core.batchdecode import ColumnBatch
+from astream.placement import dataloader_worker as _worker
 
-__all__ = ["SlotBatch", "WorkerRing", "mapped_slots"]
+__all__ = ["RingCollate", "SlotBatch", "TreeBatch", "WorkerRing", "mapped_slots"]
 
 _HEAD = 64
 _ALIGN = 64
@@ -149,6 +151,27 @@ class WorkerRing:
             layout.append((key, arr.dtype.str, tuple(arr.shape), off))
         return SlotBatch(self, slot, seq, layout, cb.size, as_torch)
 
+    def put(self, obj: Any) -> Any:
+        """Copy the CPU tensors of a collated batch (nested in plain dicts, lists and tuples)
+        into a free slot: the handle to yield (``obj`` itself when it holds no such tensor)."""
+        leaves: list[torch.Tensor] = []
+        tree = _flatten(obj, leaves)
+        if not leaves:
+            return obj
+        sizes = [t.numel() * t.element_size() for t in leaves]
+        slot = self.take(sum(_round(n, _ALIGN) for n in sizes))
+        raw = slot.raw
+        at = _HEAD
+        where: list[int] = []
+        for t, n in zip(leaves, sizes):
+            if n:
+                raw[at : at + n] = t.reshape(-1).view(torch.uint8).numpy()
+            where.append(at)
+            at += _round(n, _ALIGN)
+        seq = int(slot.head[_WROTE]) + 1
+        slot.head[_WROTE] = seq
+        return TreeBatch(self, slot, seq, _place(tree, leaves, where))
+
     def _reduce_args(self, slot: _Slot) -> tuple[Any, list[int]]:
         with self.lock:
             fd = None
@@ -190,6 +213,123 @@ class SlotBatch:
         return _rebuild, (*args, self.as_torch)
 
 
+class _T(tuple):  # type: ignore[type-arg]
+    """A tensor of a collated batch in its slot: ``(offset, dtype, shape)``."""
+
+    __slots__ = ()
+
+
+def _ringable(t: Any) -> bool:
+    """A plain dense CPU tensor whose bytes and shape say all of it (anything else -- a
+    subclass, a view with strides, a tensor that needs grad -- goes through torch's pickling)."""
+    return (
+        type(t) is torch.Tensor
+        and t.device.type == "cpu"
+        and t.layout == torch.strided
+        and not t.requires_grad
+        and not t.is_quantized
+        and not t.is_conj()
+        and not t.is_neg()
+        and not any(getattr(t, "names", None) or ())
+        and t.is_contiguous()
+    )
+
+
+def _flatten(obj: Any, leaves: list[torch.Tensor]) -> Any:
+    """``obj`` with each ringable tensor replaced by its index in ``leaves``, as an ``_T``; only
+    exact ``dict``/``list``/``tuple`` containers are entered (any other object is kept, and
+    pickled as usual)."""
+    t = type(obj)
+    if t is torch.Tensor and _ringable(obj):
+        leaves.append(obj)
+        return _T((len(leaves) - 1,))
+    if t is dict:
+        return {k: _flatten(v, leaves) for k, v in obj.items()}
+    if t is list:
+        return [_flatten(v, leaves) for v in obj]
+    if t is tuple:
+        return tuple(_flatten(v, leaves) for v in obj)
+    return obj
+
+
+def _place(tree: Any, leaves: list[torch.Tensor], where: list[int]) -> Any:
+    t = type(tree)
+    if t is _T:
+        x = leaves[tree[0]]
+        return _T((where[tree[0]], x.dtype, tuple(x.shape)))
+    if t is dict:
+        return {k: _place(v, leaves, where) for k, v in tree.items()}
+    if t is list:
+        return [_place(v, leaves, where) for v in tree]
+    if t is tuple:
+        return tuple(_place(v, leaves, where) for v in tree)
+    return tree
+
+
+def _unflatten(tree: Any, base: np.ndarray[Any, Any]) -> Any:
+    t = type(tree)
+    if t is _T:
+        off, dtype, shape = tree
+        n = math.prod(shape) * dtype.itemsize
+        return torch.from_numpy(base[off : off + n]).view(dtype).view(shape)
+    if t is dict:
+        return {k: _unflatten(v, base) for k, v in tree.items()}
+    if t is list:
+        return [_unflatten(v, base) for v in tree]
+    if t is tuple:
+        return tuple(_unflatten(v, base) for v in tree)
+    return tree
+
+
+class TreeBatch:
+    """A collated batch whose tensors are in a worker's slot: pickles to a handle (the
+    batch's structure, its non-tensor values, each tensor's offset, dtype and shape),
+    unpickles to the same structure with tensors that view the slot."""
+
+    __slots__ = ("ring", "seq", "slot", "tree")
+
+    def __init__(self, ring: WorkerRing, slot: _Slot, seq: int, tree: Any) -> None:
+        self.ring = ring
+        self.slot = slot
+        self.seq = seq
+        self.tree = tree
+
+    def __reduce__(self) -> Any:
+        r, s = self.ring, self.slot
+        fd, retired = r._reduce_args(s)
+        owner = (r.group, r.worker, r.pid)
+        return _rebuild_tree, (owner, s.id, s.capacity, s.oneoff, fd, retired, self.seq, self.tree)
+
+
+class RingCollate:
+    """A DataLoader ``collate_fn`` around the user's: in a worker, the collated batch's
+    tensors are copied into the worker's ring and the handle is what the DataLoader pickles
+    (one small message per batch; the slot's descriptor crosses once). In the main process
+    (``num_workers=0``) it is the user's collate unchanged."""
+
+    def __init__(self, collate: Any, ring: int = 4) -> None:
+        self.collate = collate
+        self.ring = ring
+        self.group = new_group()
+        self._ring: WorkerRing | None = None
+        weakref.finalize(self, forget_group, self.group)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_ring"] = None
+        return state
+
+    def __call__(self, samples: Any) -> Any:
+        out = self.collate(samples)
+        me = _worker()
+        if me is None:
+            return out
+        ring = self._ring
+        if ring is None or ring.pid != os.getpid():
+            ring = self._ring = WorkerRing(self.group, me[0], self.ring)
+        return ring.put(out)
+
+
 # -- main process side --------------------------------------------------------------------------
 _MAPS: dict[tuple[str, int, int, int], mmap.mmap] = {}  # (group, worker, pid, slot) -> map
 _PIDS: dict[tuple[str, int], int] = {}  # (group, worker) -> latest worker pid
@@ -206,17 +346,10 @@ def _release(head: np.ndarray[Any, Any], seq: int) -> None:
         head[_FREED] = seq
 
 
-def _rebuild(
-    owner: tuple[str, int, int],
-    sid: int,
-    capacity: int,
-    oneoff: bool,
-    fd: Any,
-    retired: list[int],
-    seq: int,
-    layout: list[tuple[str, str, tuple[int, ...], int]],
-    as_torch: bool,
-) -> dict[str, Any]:
+def _slot_map(
+    owner: tuple[str, int, int], sid: int, capacity: int, oneoff: bool, fd: Any, retired: list[int]
+) -> mmap.mmap:
+    """This process's map of a worker's slot (made from ``fd`` the first time it comes)."""
     group, worker, pid = owner
     with _LOCK:
         if _PIDS.get((group, worker)) != pid:
@@ -240,16 +373,35 @@ def _rebuild(
                 os.close(f)
             if not oneoff:
                 _MAPS[key] = mm
-        else:
-            found = _MAPS.get(key)
-            if found is None:
-                raise RuntimeError(
-                    f"astream: batch slot {sid} of DataLoader worker {worker} (pid {pid}) is not "
-                    "mapped in this process (a batch handle delivered to another process?)"
-                )
-            mm = found
+            return mm
+        found = _MAPS.get(key)
+        if found is None:
+            raise RuntimeError(
+                f"astream: batch slot {sid} of DataLoader worker {worker} (pid {pid}) is not "
+                "mapped in this process (a batch handle delivered to another process?)"
+            )
+        return found
+
+
+def _slot_base(mm: mmap.mmap, seq: int) -> np.ndarray[Any, Any]:
+    """The slot as bytes; when it and every view of it are gone, batch ``seq`` is released."""
     base = np.frombuffer(mm, np.uint8)
     weakref.finalize(base, _release, np.frombuffer(mm, np.int64, _HEAD // 8), seq)
+    return base
+
+
+def _rebuild(
+    owner: tuple[str, int, int],
+    sid: int,
+    capacity: int,
+    oneoff: bool,
+    fd: Any,
+    retired: list[int],
+    seq: int,
+    layout: list[tuple[str, str, tuple[int, ...], int]],
+    as_torch: bool,
+) -> dict[str, Any]:
+    base = _slot_base(_slot_map(owner, sid, capacity, oneoff, fd, retired), seq)
     out: dict[str, Any] = {}
     for name, dtype, shape, off in layout:
         dt = np.dtype(dtype)
@@ -257,6 +409,20 @@ def _rebuild(
         arr = base[off : off + n].view(dt).reshape(shape)
         out[name] = torch.from_numpy(arr) if as_torch and dt.kind not in "US" else arr
     return out
+
+
+def _rebuild_tree(
+    owner: tuple[str, int, int],
+    sid: int,
+    capacity: int,
+    oneoff: bool,
+    fd: Any,
+    retired: list[int],
+    seq: int,
+    tree: Any,
+) -> Any:
+    base = _slot_base(_slot_map(owner, sid, capacity, oneoff, fd, retired), seq)
+    return _unflatten(tree, base)
 
 
 def new_group() -> str:
