@@ -610,6 +610,8 @@ def batch_specs(entry: RowGroupShard, source: str) -> list[Any]:
 
 def _addr(buf: Any, base: int, size: int) -> int:
     """Offset of Arrow buffer ``buf`` in the IPC image at address ``base`` of ``size`` bytes."""
+    if not buf.size:
+        return 0  # no value has a byte: nothing is read from it
     at = int(buf.address) - base
     if at < 0 or at + int(buf.size) > size:
         raise FormatError("a decoded column lies outside its row group's decoded image")
