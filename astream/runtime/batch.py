@@ -45,7 +45,6 @@ from astream.core.batchdecode import (
 )
 from astream.errors import ConfigError
 from astream.runtime.catalog import Catalog
-from astream.runtime.parquet_read import RowGroupHandle
 from astream.runtime.reader import BatchGroups, Groups, OpenShard
 
 __all__ = ["BatchLayouts", "locate_batch"]
@@ -165,7 +164,7 @@ def locate_batch(
                 "(iterate samples, or mix streams with the same columns)"
             )
         h = open_shard(s)
-        if isinstance(h, RowGroupHandle):  # a Parquet row group: its decoded IPC image
+        if layouts.catalog.entries[s].format == "parquet":  # a row group: its decoded image
             buf, base = _locate_row_group(h, s, store, layouts)
             pq = True
         else:
@@ -198,9 +197,8 @@ def locate_batch(
         rows = np.array(flat, np.int64)
     if store.nbad and bool(store.bad[rows].any()):
         for g, (s, _positions, locals_) in enumerate(groups):
-            h = files[g]
-            if isinstance(h, RowGroupHandle):
-                _null_check(h, s, store, list(locals_), layouts)
+            if layouts.catalog.entries[s].format == "parquet":
+                _null_check(files[g], s, store, list(locals_), layouts)
                 continue
             check_group(
                 store.layout,
@@ -210,14 +208,12 @@ def locate_batch(
                 layouts.catalog.shards[s].url(),
             )
         raise AssertionError("a flagged sample passed its checks")  # pragma: no cover
-    if pq and not all(h.has_file() for h in files if isinstance(h, RowGroupHandle)):
+    if pq and not all(getattr(h, "has_file", lambda: True)() for h in files):
         files = []  # a row group decoded in memory: values are copied from the buffers
     return ColumnBatch(store, size, ragged, rows, which, bufs, files)
 
 
-def _locate_row_group(
-    h: RowGroupHandle, s: int, store: RowStore, layouts: BatchLayouts
-) -> tuple[Any, int]:
+def _locate_row_group(h: Any, s: int, store: RowStore, layouts: BatchLayouts) -> tuple[Any, int]:
     """A Parquet row group's buffer (its decoded IPC image as uint8) and base row in
     ``store`` (its table built the first time)."""
     from astream.runtime.parquet_read import row_group_table
@@ -231,9 +227,7 @@ def _locate_row_group(
     return buf, base
 
 
-def _null_check(
-    h: RowGroupHandle, s: int, store: RowStore, locals_: list[int], layouts: BatchLayouts
-) -> None:
+def _null_check(h: Any, s: int, store: RowStore, locals_: list[int], layouts: BatchLayouts) -> None:
     """Raise for the flagged rows (nulls) of row group ``s`` among ``locals_``, if any."""
     from astream.runtime.parquet_read import null_error
 
