@@ -13,13 +13,30 @@ read again: its ``FileMetaData`` comes from the index (parsed once per file per 
 For data read in place (a local table, no remote), the "cache file" is the Parquet file itself
 and pyarrow reads it directly, still only the projected chunks.
 
+Decoded once per node: the first process that opens a cached row group decodes it (one chunk
+per projected column, dictionaries decoded) and writes the table as an uncompressed Arrow IPC
+file beside the cache file (``<cache file>.arrow``, ``ShardFiles.side``), holding the shard's
+``side`` lock meanwhile; every other process -- the node's other DataLoader workers and ranks,
+later epochs and jobs -- maps that file and reads the table zero-copy out of the map. The file
+is reserved at full size under the cache lock in free room only (``CacheSpace.take_free``: it
+never evicts or waits; no room means a private decode), written as a temporary file and renamed
+under the cache lock, so usage never exceeds ``cache_limit`` and a crash leaves only a temporary
+file; eviction deletes it with its row group (``cache.unlink_shard``). A file that does not read
+back as the row group's projected columns is never trusted: it is decoded and written again.
+Tables read in place (no remote) and row groups under ``SHARE_MIN_BYTES`` are decoded per
+process, writing nothing.
+
 Decoded values follow MDS samples: binary stays ``bytes``, strings ``str``, numbers Python
 scalars, nulls ``None``, a list of numbers a NumPy array (a view into the row group's values),
-deeper nesting Python lists/dicts. A row group is decoded once into per-column lists; a
-:class:`RowGroupHandle` serves samples from them, and the decoded columns of recent row groups
-(up to ``DECODED_BYTES`` of them, at least the last ``KEEP_DECODED``) are kept per process, so
-re-opening one -- a shuffle moves between many row groups, a pinning consumer re-opens -- decodes
-nothing.
+deeper nesting Python lists/dicts. A :class:`RowGroupHandle` serves samples from per-column
+sequences built over the table's buffers, and recent row groups (up to ``DECODED_BYTES`` of
+them, at least the last ``KEEP_DECODED``) are kept per process, so re-opening one -- a shuffle
+moves between many row groups, a pinning consumer re-opens -- decodes nothing. (Under a
+``cache_limit`` a mapped decoded file is not kept past its handle: no map outlives the pin.)
+
+Columnar batches (``runtime/batch.py``) read the same table: every buffer of it lies in one IPC
+image (the mapped file, or a private buffer serialised once), so :func:`row_group_table` gives
+each value's start and length in that image, exactly what the MDS batch decoder gathers from.
 """
 
 from __future__ import annotations
