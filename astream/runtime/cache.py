@@ -52,7 +52,7 @@ from astream.core.eviction import NEVER, check_policy, eviction_order
 from astream.errors import AstreamError, CacheError
 from astream.runtime.locks import FileLock, lock_path, waiters
 
-__all__ = ["CacheSpace", "ShardFiles", "TMP_MARK", "disk_error"]
+__all__ = ["CacheSpace", "ShardFiles", "TMP_MARK", "disk_error", "unlink_shard"]
 
 TMP_MARK = ".tmp-"
 
@@ -95,6 +95,10 @@ class ShardFiles:
     zip_size: int | None = None
     evictable: bool = True
     zip_is_source: bool = False  # local-only compressed data: the zip is the only copy
+    # a file derived from the raw one (a Parquet row group's decoded columns,
+    # runtime/parquet_read.py): counted like any file, evicted with the raw file, written
+    # under ``side_lock`` (not the download lock)
+    side: str | None = None
 
     @property
     def raw_path(self) -> str:
@@ -111,6 +115,21 @@ class ShardFiles:
     @property
     def download_lock(self) -> str:
         return lock_path(self.root, self.raw, "dl")
+
+    @property
+    def side_path(self) -> str | None:
+        return None if self.side is None else os.path.join(self.root, self.side)
+
+    @property
+    def side_lock(self) -> str:
+        return lock_path(self.root, self.raw, "side")
+
+    def lock_of_tmp(self, tmp: str) -> str:
+        """The lock a live writer of temporary file ``tmp`` (one of this shard's) holds."""
+        side = self.side_path
+        if side is not None and tmp.startswith(side + TMP_MARK):
+            return self.side_lock
+        return self.download_lock
 
     def footprint(self) -> int:
         """Bytes this shard needs on disk while it is being fetched."""
@@ -148,10 +167,30 @@ class CacheSpace:
             self._by_path[sf.raw_path] = sf
             if sf.zip_path is not None:
                 self._by_path[sf.zip_path] = sf
+            if sf.side_path is not None:
+                self._by_path[sf.side_path] = sf
 
     def _owner_of_tmp(self, path: str) -> ShardFiles | None:
         cut = path.rfind(TMP_MARK)
         return None if cut < 0 else self._by_path.get(path[:cut])
+
+    # -- synchronous use by a reader (a derived file, see ``ShardFiles.side``) ------------------
+    def take_free(self, need: int, materialize: Callable[[], None]) -> bool:
+        """Call ``materialize`` (which creates files holding ``need`` bytes) if that room is
+        free right now, under the cache lock; never evicts nor waits (False: no room)."""
+        if self.limit is None:
+            materialize()
+            return True
+        if need > self.limit:
+            return False
+        return self._try_reserve(need, materialize, evict=False)[0]
+
+    def commit_now(self, fn: Callable[[], None]) -> None:
+        """:meth:`commit`, from synchronous code."""
+        if self.limit is None:
+            fn()
+        else:
+            self._locked(fn)
 
     # -- pins held by this process (so that we never wait on ourselves) ---------------------
     def note_pin(self, path: str, delta: int) -> None:
@@ -299,7 +338,7 @@ class CacheSpace:
         for path in tmps:
             sf = self._owner_of_tmp(path)
             if sf is not None:
-                by_lock.setdefault(sf.download_lock, []).append(path)
+                by_lock.setdefault(sf.lock_of_tmp(path), []).append(path)
         for lock, paths in by_lock.items():
             lk = FileLock(lock)
             if not lk.try_exclusive():
@@ -324,6 +363,8 @@ class CacheSpace:
             t = scan.present.get(sf.raw_path)
             if t is None and sf.zip_path is not None and not sf.zip_is_source:
                 t = scan.present.get(sf.zip_path)
+            if t is None and sf.side_path is not None:  # left without its raw file
+                t = scan.present.get(sf.side_path)
             if t is not None:
                 cands.append((t, sf))
         freed = 0
@@ -337,9 +378,7 @@ class CacheSpace:
                     busy = sf.pin_lock
                 continue
             try:
-                freed += _unlink(sf.raw_path)
-                if sf.zip_path is not None and not sf.zip_is_source:
-                    freed += _unlink(sf.zip_path)
+                freed += unlink_shard(sf)
                 self.evictions += 1
             finally:
                 lk.release()
@@ -365,8 +404,19 @@ class CacheSpace:
         for path in scan.tmps:
             sf = self._owner_of_tmp(path)
             if sf is not None:
-                return sf.download_lock
+                return sf.lock_of_tmp(path)
         return None
+
+
+def unlink_shard(sf: ShardFiles) -> int:
+    """Delete a shard's cached files (raw, compressed unless it is the source, derived);
+    returns the bytes freed. The caller holds the shard's pin lock exclusively."""
+    freed = _unlink(sf.raw_path)
+    if sf.zip_path is not None and not sf.zip_is_source:
+        freed += _unlink(sf.zip_path)
+    if sf.side_path is not None:
+        freed += _unlink(sf.side_path)
+    return freed
 
 
 def _unlink(path: str) -> int:

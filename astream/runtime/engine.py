@@ -530,7 +530,7 @@ class Engine:
     def evict(self, s: int) -> int:
         """Delete shard ``s``'s cached files under the cache lock; returns bytes freed."""
         from astream.errors import CacheError
-        from astream.runtime.cache import _unlink
+        from astream.runtime.cache import unlink_shard
         from astream.runtime.locks import FileLock
 
         sf = self.catalog.shards[s].files
@@ -546,9 +546,7 @@ class Engine:
             if not lk.try_exclusive():
                 raise CacheError(f"shard {s} ({sf.raw_path}) is being read right now")
             try:
-                freed[0] += _unlink(sf.raw_path)
-                if sf.zip_path is not None and not sf.zip_is_source:
-                    freed[0] += _unlink(sf.zip_path)
+                freed[0] += unlink_shard(sf)
             finally:
                 lk.release()
 

@@ -376,7 +376,8 @@ class ShardOpener:
         if entry.format == "parquet":  # a row group: decoded by pyarrow (parquet_read.py)
             from astream.runtime.parquet_read import open_row_group
 
-            return open_row_group(path, self.catalog.shards[s], entry)  # type: ignore[arg-type,return-value]
+            shard = self.catalog.shards[s]
+            return open_row_group(path, shard, entry, self.space, self.pinning)  # type: ignore[arg-type,return-value]
         return OpenShard(path, offsets, self.decoder(s))
 
     def hold_pin(self, s: int) -> FileLock | None:
