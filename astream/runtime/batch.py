@@ -169,8 +169,10 @@ def locate_batch(
             pq = True
         else:
             buf = h.buffer()
-            base = store.base_of(s)
-            if base is None:
+            known = store.base_of(s)
+            if known is not None:
+                base = known
+            else:
                 offsets = h.offsets_array()
                 base = store.add(s, shard_table(store.layout, buf, offsets))
                 if len(offsets) > 1 and offsets[-1] - offsets[0] >= PREAD * (len(offsets) - 1):
