@@ -140,7 +140,9 @@ def test_changed_remote_index_is_used_never_the_compact_copy(
     assert (gets, heads) == (0, 1) and int(idx5.table.samples[0]) == 1001
 
 
-def test_damaged_compact_copy_is_never_served(s3_bucket: str, s3_server: Any, tmp_path: Any) -> None:
+def test_damaged_compact_copy_is_never_served(
+    s3_bucket: str, s3_server: Any, tmp_path: Any
+) -> None:
     opts = s3_server.store_options()
     url = f"{s3_bucket}/rv-{uuid.uuid4().hex[:8]}"
     data = _index(4_000)
