@@ -18,10 +18,11 @@ figures include nothing a previous run left in memory, and reports:
 Modes: ``local`` (``local=dir``), ``s3-first`` (``remote=s3://...`` with an empty cache
 directory: fetch, parse, write the local copy, its compact copy and the binding), ``s3-again``
 (the same cache directory again: HEAD, fetch, compare with the local copy, load the compact
-copy; the ETag is recorded), ``s3-warm`` (a third time: a HEAD, and the compact copy). With ``--peer-python`` (a venv
-holding mosaicml-streaming 0.13.0, e.g. /work/peervenv/bin/python) the reference loads the same
-index.json from local disk in the same way (``mosaic-local``). litdata's figure at scale comes
-from ``python -m benchmarks.run --scenarios scale`` (its own index format).
+copy; the ETag is recorded), ``s3-warm`` (a third time: a HEAD, and the compact copy). With
+``--peer-python`` (a venv holding mosaicml-streaming 0.13.0, e.g. /work/peervenv/bin/python)
+the reference loads the same index.json from local disk in the same way (``mosaic-local``).
+litdata's figure at scale comes from ``python -m benchmarks.run --scenarios scale`` (its own
+index format).
 
 Results (medians and every run) go to ``--out`` as JSON.
 """
