@@ -54,7 +54,7 @@ _THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExce
 
 
 _loader: Any = None
-_MODELS_FORMAT = 1  # of the models file below; part of its name
+_MODELS_FORMAT = 2  # of the models file below; part of its name
 
 
 def _models_file() -> str | None:
@@ -102,20 +102,41 @@ def _load_models() -> Any:
 
 
 def _read_models(path: str) -> dict[Any, Any] | None:
-    """The loader entries in the models file: [key, value, value-is-a-tuple] rows."""
+    """The loader entries in the models file (rows written by :func:`_save_models`)."""
     try:
         with open(path, "rb") as f:
             rows = msgspec.json.decode(f.read())
-        return {tuple(k): tuple(v) if t else v for k, v, t in rows}
-    except (OSError, msgspec.MsgspecError, ValueError, TypeError):
+        out: dict[Any, Any] = {}
+        values: list[Any] = []
+        for key, how, v in rows:
+            if how == "tuple":
+                v = tuple(v)
+            elif how == "same":  # the first item of an earlier tuple entry, the same object
+                v = values[v][0]
+            values.append(v)
+            out[tuple(key)] = v
+        return out
+    except (OSError, msgspec.MsgspecError, ValueError, TypeError, IndexError, KeyError):
         return None
 
 
 def _save_models(path: str, cache: dict[Any, Any]) -> None:
+    """Rows ``[key, how, value]``: ``how`` is "tuple" (a (data, path) entry), "same" (the data
+    of the earlier tuple entry at row ``value``: botocore serves one object under both keys, and
+    so does the file, which halves what is decoded) or "value"."""
     tmp = f"{path}.{os.getpid()}"
     try:
-        rows = [[list(k), list(v) if isinstance(v, tuple) else v, isinstance(v, tuple)]
-                for k, v in cache.items()]  # fmt: skip
+        rows: list[list[Any]] = []
+        firsts: dict[int, int] = {}  # id of a tuple entry's data -> its row
+        for key, v in cache.items():
+            if isinstance(v, tuple):
+                if v and isinstance(v[0], dict):
+                    firsts[id(v[0])] = len(rows)
+                rows.append([list(key), "tuple", list(v)])
+            elif id(v) in firsts:
+                rows.append([list(key), "same", firsts[id(v)]])
+            else:
+                rows.append([list(key), "value", v])
         data = msgspec.json.encode(rows)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "wb") as f:
