@@ -5,7 +5,7 @@ Theory of operation
 The aiobotocore client is created lazily in the running loop on first use (never at
 construction) and again in a forked child. botocore's parsed S3 models are loaded once per
 process (in a thread), inherited by forked children, and kept between processes in the user's
-cache directory (``$ASTREAM_CACHE_DIR`` or ``~/.cache/astream``, under ``.sdk/``, one file per
+cache directory (``$ASTREAM_CACHE_DIR`` or ``~/.cache/astream``, in ``.astream/sdk/``, one file per
 botocore and Python version; see :func:`_load_models`). It uses the standard AWS credential
 chain; options: ``endpoint_url`` (else ``S3_ENDPOINT_URL`` or ``AWS_ENDPOINT_URL``),
 ``region``, ``path_style`` (path-style addressing, what most S3-compatible servers want),
@@ -72,7 +72,7 @@ def _models_file() -> str | None:
     )
     v = sys.version_info
     name = f"botocore-{botocore.__version__}-s3-py{v[0]}{v[1]}-{_MODELS_FORMAT}.json"
-    return os.path.join(os.path.abspath(base), ".sdk", name)
+    return os.path.join(os.path.abspath(base), ".astream", "sdk", name)  # never a cache entry
 
 
 def _load_models() -> Any:
