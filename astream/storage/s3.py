@@ -5,8 +5,8 @@ Theory of operation
 The aiobotocore client is created lazily in the running loop on first use (never at
 construction) and again in a forked child. botocore's parsed S3 models are loaded once per
 process (in a thread), inherited by forked children, and kept between processes in the user's
-cache directory (``$ASTREAM_CACHE_DIR`` or ``~/.cache/astream``, in ``.astream/sdk/``, one file per
-botocore and Python version; see :func:`_load_models`). It uses the standard AWS credential
+cache directory (``$XDG_CACHE_HOME/astream-sdk/``, default ``~/.cache/astream-sdk/``, one file
+per botocore and Python version; see :func:`_load_models`). It uses the standard AWS credential
 chain; options: ``endpoint_url`` (else ``S3_ENDPOINT_URL`` or ``AWS_ENDPOINT_URL``),
 ``region``, ``path_style`` (path-style addressing, what most S3-compatible servers want),
 ``unsigned`` (public buckets), ``list_page_size``, ``multipart_threshold`` and ``part_size``.
@@ -67,12 +67,11 @@ def _models_file() -> str | None:
     loader = botocore.loaders.create_loader()
     if any(p != loader.BUILTIN_DATA_PATH and os.path.isdir(p) for p in loader.search_paths):
         return None
-    base = os.environ.get("ASTREAM_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "astream"
-    )
+    # the user's cache, not astream's cache root ($ASTREAM_CACHE_DIR): that holds datasets only
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     v = sys.version_info
     name = f"botocore-{botocore.__version__}-s3-py{v[0]}{v[1]}-{_MODELS_FORMAT}.json"
-    return os.path.join(os.path.abspath(base), ".astream", "sdk", name)  # never a cache entry
+    return os.path.join(os.path.abspath(base), "astream-sdk", name)
 
 
 def _load_models() -> Any:

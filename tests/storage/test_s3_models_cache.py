@@ -38,7 +38,7 @@ print("PATH", s3m._models_file())
 def _run(url: str, opts: dict[str, Any], cache: Path) -> tuple[str, str]:
     import json
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT), ASTREAM_CACHE_DIR=str(cache))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(cache))
     p = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(CODE), url, json.dumps(opts)],
         capture_output=True,
@@ -58,7 +58,7 @@ def test_models_file_is_written_read_and_replaced_when_damaged(
     opts = s3_server.store_options()
     cache = tmp_path / "cache"
     came, path = _run(url, opts, cache)
-    assert came == "botocore" and path.startswith(str(cache / ".astream" / "sdk"))  # no entry
+    assert came == "botocore" and path.startswith(str(cache / "astream-sdk"))
     assert os.path.getsize(path) > 10**6
     written = Path(path).read_bytes()
     came, _ = _run(url, opts, cache)
