@@ -9,15 +9,22 @@ figures include nothing a previous run left in memory, and reports:
 
 - ``construct_s``: ``StreamingDataset(...)`` construction (the import of astream, timed apart
   as ``import_s``, excluded), which is index fetch + parse + catalog + the construction checks;
+- ``import_construct_s``: the two together. Every library's figure is given both ways, since
+  they import their storage SDK at different times (the reference imports boto3 when
+  ``streaming`` is imported; astream imports aiobotocore when a dataset first reaches S3);
+- ``construct_cpu_s``: the CPU seconds of the process (all threads) during construction: on a
+  contended machine, where wall times stretch with the load, the steadier figure;
 - ``peak_rss_mb``: the kernel's high-water RSS of the process (``ru_maxrss``, exact);
 - ``peak_pss_mb``: the highest PSS seen by sampling /proc every 10 ms (a lower bound).
 
 Modes: ``local`` (``local=dir``), ``s3-first`` (``remote=s3://...`` with an empty cache
-directory: fetch, parse, write the local copy and the binding), ``s3-again`` (the same cache
-directory again: fetch, compare with the local copy, parse). With ``--peer-python`` (a venv
-holding mosaicml-streaming 0.13.0, e.g. /work/peervenv/bin/python) the reference loads the same
-index.json from local disk in the same way (``mosaic-local``). litdata's figure at scale comes
-from ``python -m benchmarks.run --scenarios scale`` (its own index format).
+directory: fetch, parse, write the local copy, its compact copy and the binding), ``s3-again``
+(the same cache directory again: HEAD, fetch, compare with the local copy, load the compact
+copy; the ETag is recorded), ``s3-warm`` (a third time: a HEAD, and the compact copy). With
+``--peer-python`` (a venv holding mosaicml-streaming 0.13.0, e.g. /work/peervenv/bin/python)
+the reference loads the same index.json from local disk in the same way (``mosaic-local``).
+litdata's figure at scale comes from ``python -m benchmarks.run --scenarios scale`` (its own
+index format).
 
 Results (medians and every run) go to ``--out`` as JSON.
 """
@@ -98,8 +105,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
     t1 = time.perf_counter()
+    c1 = time.process_time()
     ds = cls(**kw)
     construct_s = time.perf_counter() - t1
+    construct_cpu_s = time.process_time() - c1
     n = ds.num_samples
     stop.set()
     thread.join()
@@ -107,6 +116,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "import_s": import_s,
         "construct_s": construct_s,
+        "import_construct_s": import_s + construct_s,
+        "construct_cpu_s": construct_cpu_s,
         "samples": int(n),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "peak_pss_mb": peak[0] / 1024,
@@ -127,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_index", description=__doc__)
     ap.add_argument("--shards", default="10000,100000")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--modes", default="local,s3-first,s3-again")
+    ap.add_argument("--modes", default="local,s3-first,s3-again,s3-warm")
     ap.add_argument("--peer-python", default=None, help="python of a venv with mosaic 0.13.0")
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
@@ -183,7 +194,14 @@ def main(argv: list[str] | None = None) -> int:
         lib, mode, n = key.split("/")
         ok = [r for r in runs if (r["lib"], r["mode"], str(r["shards"])) == (lib, mode, n)]
         ok = [r for r in ok if "error" not in r]
-        for metric in ("construct_s", "import_s", "peak_rss_mb", "peak_pss_mb"):
+        for metric in (
+            "construct_s",
+            "import_s",
+            "import_construct_s",
+            "construct_cpu_s",
+            "peak_rss_mb",
+            "peak_pss_mb",
+        ):
             vals = [r[metric] for r in ok]
             if vals:
                 summary[key][metric] = statistics.median(vals)

@@ -16,20 +16,36 @@ works on columns (sample counts, footprints) has one path for both.
 
 A table is a read-only ``Sequence[ShardEntry]``: ``len``, indexing, slicing (a list), iteration
 and ``==`` with any sequence of entries behave as with the list it replaces.
+
+Compact copy. A columnar table (one the fast parser made) can be written as one binary file
+(:meth:`ShardTable.to_compact`) and read back (:func:`from_compact`) without parsing JSON: a
+header (JSON: the caller's metadata, the templates as index entries, the extra top-level keys,
+where each column lies) followed by the int columns as raw little-endian arrays, which the
+reader maps from the file (no copy, read-only), and the basenames as one newline-joined UTF-8
+blob. Digest dicts are stored only when some shard has one (msgspec JSON). The cache keeps
+such a copy of a large remote index (:mod:`astream.runtime.catalog`); loading it costs a few
+ms per 100k shards where the parse costs ~0.5 s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import json
+import mmap
+import struct
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
+import msgspec
 import numpy as np
 
 from astream.core.shard_entry import FileInfo, ShardEntry
 
-__all__ = ["ShardTable"]
+__all__ = ["ShardTable", "from_compact"]
 
 I64 = np.ndarray[Any, np.dtype[np.int64]]
+MAGIC = b"ASTRIDX1"
+_HASHES = msgspec.json.Decoder(list[dict[str, str]])
+_NO_HASHES: dict[str, str] = {}
 
 
 class ShardTable(Sequence[ShardEntry]):
@@ -193,3 +209,135 @@ class ShardTable(Sequence[ShardEntry]):
                 count=len(self._entries),
             )
         return out
+
+    # -- compact copy ------------------------------------------------------------------------
+    def to_compact(self, meta: dict[str, Any], extra: dict[str, Any]) -> bytes | None:
+        """This table as a compact file (see the module docstring), or None when it is not a
+        columnar table or a basename holds a newline (the blob's separator)."""
+        if self._entries is not None or not self.templates:
+            return None
+        n = len(self)
+        names = "\n".join(self.raw_names)
+        if names.count("\n") != max(n - 1, 0):
+            return None
+        blobs: dict[str, bytes] = {"raw_names": names.encode()}
+        arrays: dict[str, np.ndarray[Any, Any]] = {
+            "kind": self.kind.astype("<i4", copy=False),
+            "samples": self.samples.astype("<i8", copy=False),
+            "raw_bytes": self.raw_bytes.astype("<i8", copy=False),
+        }
+        if any(self.raw_hashes):
+            blobs["raw_hashes"] = msgspec.json.encode(self.raw_hashes)
+        if self.zip_names is not None and self.zip_bytes is not None:
+            zips = "\n".join(z or "" for z in self.zip_names)
+            if zips.count("\n") != max(n - 1, 0):
+                return None
+            blobs["zip_names"] = zips.encode()
+            arrays["zip_bytes"] = self.zip_bytes.astype("<i8", copy=False)
+            if self.zip_hashes and any(self.zip_hashes):
+                blobs["zip_hashes"] = msgspec.json.encode(self.zip_hashes)
+        where: dict[str, list[Any]] = {}
+        parts: list[bytes] = []
+        pos = 0
+        for name, arr in arrays.items():  # arrays first: 8-aligned from the data's start
+            b = arr.tobytes()
+            where[name] = [pos, arr.dtype.str, len(arr)]
+            parts.append(b)
+            pos += len(b)
+        for name, blob in blobs.items():
+            where[name] = [pos, "blob", len(blob)]
+            parts.append(blob)
+            pos += len(blob)
+        header = json.dumps(
+            {
+                "meta": meta,
+                "n": n,
+                "templates": [t.to_json() for t in self.templates],
+                "extra": extra,
+                "where": where,
+            },
+            sort_keys=True,
+        ).encode()
+        header += b" " * (-(len(MAGIC) + 8 + len(header)) % 8)
+        return b"".join([MAGIC, struct.pack("<Q", len(header)), header, *parts])
+
+
+def compact_meta(path: str) -> dict[str, Any] | None:
+    """The metadata stored in the compact file at ``path`` (its header only), or None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+            if len(head) != 16 or head[:8] != MAGIC:
+                return None
+            (hlen,) = struct.unpack("<Q", head[8:])
+            meta = json.loads(f.read(hlen))["meta"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def from_compact(
+    path: str, make_templates: Callable[[list[dict[str, Any]]], list[ShardEntry]]
+) -> tuple[ShardTable, dict[str, Any], dict[str, Any]]:
+    """(table, extra top-level keys, metadata) from the compact file at ``path``. The int
+    columns are read-only views of the mapped file. ``make_templates`` turns the stored
+    template entries back into validated entries. Raises ValueError (or OSError) on a file
+    that is not a whole compact copy."""
+    with open(path, "rb") as f:
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    if buf[:8] != MAGIC:
+        raise ValueError(f"{path}: not a compact index")
+    (hlen,) = struct.unpack("<Q", buf[8:16])
+    head = json.loads(buf[16 : 16 + hlen])
+    base = 16 + hlen
+    n = int(head["n"])
+    where = head["where"]
+
+    def array(name: str) -> np.ndarray[Any, Any]:
+        off, dtype, count = where[name]
+        arr = np.frombuffer(buf, dtype=np.dtype(dtype), count=count, offset=base + off)
+        if len(arr) != n:
+            raise ValueError(f"{path}: column {name} has {len(arr)} rows, not {n}")
+        return arr
+
+    def blob(name: str) -> bytes | None:
+        if name not in where:
+            return None
+        off, _, size = where[name]
+        if base + off + size > len(buf):
+            raise ValueError(f"{path}: truncated")
+        return buf[base + off : base + off + size]
+
+    def names(name: str) -> list[str]:
+        data = blob(name)
+        out = data.decode().split("\n") if data is not None and n else []
+        if len(out) != n:
+            raise ValueError(f"{path}: {name} has {len(out)} names, not {n}")
+        return out
+
+    def hashes(name: str) -> list[dict[str, str]]:
+        data = blob(name)
+        if data is None:
+            return [_NO_HASHES] * n
+        out = _HASHES.decode(data)
+        if len(out) != n:
+            raise ValueError(f"{path}: {name} has {len(out)} rows, not {n}")
+        return out
+
+    templates = make_templates(head["templates"])
+    kind = array("kind")
+    if n and (int(kind.min()) < 0 or int(kind.max()) >= len(templates)):
+        raise ValueError(f"{path}: a shard names a template that is not there")
+    zipped = "zip_names" in where
+    table = ShardTable(
+        templates=templates,
+        kind=kind,
+        samples=array("samples"),
+        raw_names=names("raw_names"),
+        raw_bytes=array("raw_bytes"),
+        raw_hashes=hashes("raw_hashes"),
+        zip_names=[z or None for z in names("zip_names")] if zipped else None,
+        zip_bytes=array("zip_bytes") if zipped else None,
+        zip_hashes=hashes("zip_hashes") if zipped else None,
+    )
+    return table, head["extra"], head["meta"]

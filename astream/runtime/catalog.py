@@ -19,19 +19,32 @@ the remote ``index.json`` is always fetched (it is small) and compared with the 
   new index replaces the local one atomically and the binding follows it;
 - when the remote index cannot be read at all but ``local`` holds a complete copy of the dataset
   it is bound to, that copy is used, with one warning naming the reason.
+
+A large index (>= ``COMPACT_MIN`` bytes; 100k shards are ~33 MB) is also kept parsed, as a
+compact copy (:meth:`ShardTable.to_compact`: mapped int columns, no per-shard objects) under
+``.astream/``, stamped with the index's digest and with the ETag and size the remote reported
+in a HEAD made *before* the GET of those bytes. The next load makes that HEAD first: same ETag
+and size -> the compact copy is used, with no GET and no parse; anything else -> the index is
+fetched and compared as above (and when its bytes equal the cached ones, the compact copy still
+replaces the parse). An ETag taken before the GET can only be older than the bytes, so a change
+between the two makes the next HEAD differ: a stale copy is never served. A local remote
+(``file://``, a path) is always read: its bytes cost what a HEAD does.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, overload
 
+import msgspec
 import numpy as np
 
-from astream.core.index import Index, ShardEntry, parse_index
+from astream.core.index import Index, ShardEntry, parse_index, parse_index_validating
+from astream.core.shard_table import compact_meta, from_compact
 from astream.errors import (
     ConfigError,
     EmptyDatasetError,
@@ -45,6 +58,7 @@ from astream.runtime.binding import (
     index_digest,
     is_entry,
     mark_entry,
+    meta_dir,
     new_dirs,
     read_binding,
     write_atomic,
@@ -52,11 +66,13 @@ from astream.runtime.binding import (
 )
 from astream.runtime.cache import ShardFiles
 from astream.runtime.fetch import RemoteShard
-from astream.storage.base import ObjectStore
+from astream.storage.base import ObjectInfo, ObjectStore
 
 __all__ = ["Catalog", "StreamSource", "load_index"]
 
 INDEX = "index.json"
+COMPACT = "index.compact"  # under .astream/: the parsed copy of a large index (see load_index)
+COMPACT_MIN = 1 << 20  # index.json bytes from which a compact copy is kept
 _T = TypeVar("_T")
 
 
@@ -274,22 +290,28 @@ async def load_index(store: ObjectStore | None, local: str) -> Index:
             "give this dataset its own `local` (or leave local=None: one directory per remote), "
             f"or delete {local} if the cache of {bound.remote} is no longer needed"
         )
+    compact = os.path.join(meta_dir(local), COMPACT)
+    head: ObjectInfo | None = None
+    if bound is not None and _revalidates(store):
+        got = await _revalidate(store, local, path, compact, bound)
+        if isinstance(got, Index):
+            return got
+        head = got
     try:
         data = await store.get_range(INDEX)
     except StorageError as exc:
         warm = _warm_copy(local, bound)
         if warm is None:
             raise
-        warnings.warn(
-            f"the index of {remote} cannot be read ({exc}); streaming the complete cached copy "
-            f"in {local} ({len(warm.shards)} shards, bound to that remote)",
-            stacklevel=2,
-        )
+        _warn_warm(remote, exc, local, warm)
         return warm
-    index = parse_index(data, store.url_for(INDEX))
     digest = index_digest(data)
     old = _read(path)
     same = old == data
+    index = _load_compact(compact, digest) if same and len(data) >= COMPACT_MIN else None
+    readable = index is not None  # the compact copy on disk is whole
+    if index is None:
+        index = parse_index(data, store.url_for(INDEX))
     old_index = None if same else _parse_or_none(old, path)
     if bound is None and old is not None and not same and not _same_table(old_index, index):
         raise ConfigError(
@@ -314,7 +336,113 @@ async def load_index(store: ObjectStore | None, local: str) -> Index:
         )
     if bound is None or bound.digest != digest:
         write_binding(local, Binding(remote, digest))
+    _keep_compact(compact, local, index, data, digest, head, readable)
     return index
+
+
+def _warn_warm(remote: str, exc: StorageError, local: str, warm: Index) -> None:
+    warnings.warn(
+        f"the index of {remote} cannot be read ({exc}); streaming the complete cached copy "
+        f"in {local} ({len(warm.shards)} shards, bound to that remote)",
+        stacklevel=3,
+    )
+
+
+def _revalidates(store: ObjectStore) -> bool:
+    """Whether ``store`` reports an ETag (or generation) that changes with the object: every
+    remote backend; a local directory's "etag" is only mtime and size, and reading it is
+    as cheap as asking, so a local remote is always read."""
+    url = store.url
+    return "://" in url and not url.startswith("file://")
+
+
+async def _revalidate(
+    store: ObjectStore, local: str, path: str, compact: str, bound: Binding
+) -> Index | ObjectInfo | None:
+    """The cached compact index when the remote's ETag and size are those it was made from
+    (a HEAD instead of the whole index); else the HEAD's answer, taken *before* the GET that
+    follows, so that the ETag recorded with the bytes of that GET is never newer than them
+    (the index replaced in between: the next HEAD differs, and the index is fetched again);
+    None when there is nothing worth revalidating or the HEAD gave no answer."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return None
+    if size < COMPACT_MIN:
+        return None  # small: GET and compare the bytes, as cheap as a HEAD
+    try:
+        info = await store.head(INDEX)
+    except StorageError as exc:
+        if not exc.retryable:
+            return None  # e.g. a server that refuses HEAD: the GET decides
+        warm = _warm_copy(local, bound)  # unreachable: as when the GET fails
+        if warm is None:
+            raise
+        _warn_warm(store.url, exc, local, warm)
+        return warm
+    if info.etag and info.size == size:
+        meta = compact_meta(compact)
+        if (
+            meta is not None
+            and meta.get("etag") == info.etag
+            and meta.get("size") == info.size
+            and meta.get("digest") == bound.digest
+        ):
+            got = _load_compact(compact, bound.digest)
+            if got is not None:
+                for d in new_dirs(local):
+                    if not is_entry(d):
+                        mark_entry(d, store.url)
+                return got
+    return info
+
+
+def _load_compact(compact: str, digest: str) -> Index | None:
+    """The compact copy at ``compact`` when it was made from the index whose digest is
+    ``digest``; None when absent, of another index, or unreadable."""
+    try:
+        table, extra, meta = from_compact(compact, _templates)
+    except (OSError, ValueError, KeyError, TypeError, FormatError, msgspec.MsgspecError):
+        return None
+    if meta.get("digest") != digest:
+        return None
+    return Index(table, extra)
+
+
+def _templates(objs: list[dict[str, Any]]) -> list[ShardEntry]:
+    """Template entries of a compact copy, validated again by the validating parser."""
+    doc = json.dumps({"shards": objs, "version": 2}).encode()
+    return list(parse_index_validating(doc, "compact index").shards)
+
+
+def _keep_compact(
+    compact: str,
+    local: str,
+    index: Index,
+    data: bytes,
+    digest: str,
+    head: ObjectInfo | None,
+    readable: bool,
+) -> None:
+    """Keep a compact copy of a large index beside the cached index.json, with the ETag the
+    remote reported before the GET (when its size matches the bytes fetched); drop a copy
+    that no longer matches. A failure to write it costs only speed: never an error."""
+    etag = head.etag if head is not None and head.size == len(data) else None
+    if len(data) < COMPACT_MIN:
+        if os.path.exists(compact):
+            _unlink(compact)
+        return
+    want = {"digest": digest, "etag": etag, "size": len(data)}
+    if readable and compact_meta(compact) == want:
+        return
+    blob = index.table.to_compact(want, index.extra)
+    if blob is None:
+        _unlink(compact)
+        return
+    try:
+        write_atomic(compact, blob, local, tmp=f"{compact}.{os.getpid()}")
+    except (OSError, ValueError):  # ValueError: CacheError, a full disk
+        _unlink(compact)
 
 
 def _read(path: str) -> bytes | None:
