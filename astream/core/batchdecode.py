@@ -488,26 +488,9 @@ def _pread(
 ) -> None:
     """The same as :func:`_copy`, read from the files (``files[w].fileno()``) with one
     ``preadv`` per segment: the page cache is copied straight into ``dst``, and the shard's
-    pages are never mapped into this process (no page faults, no file pages in its PSS).
-    With :data:`PREAD_THREADS` > 1 and enough bytes, the segments are split between this
-    thread and helper threads (``preadv`` releases the GIL)."""
+    pages are never mapped into this process (no page faults, no file pages in its PSS)."""
     fds = [f.fileno() for f in files]
     fdl = [fds[0]] * len(dsts) if which is None else [fds[w] for w in which]
-    nt = PREAD_THREADS
-    if nt > 1 and len(dsts) >= 2 * nt and sum(nbytes) >= PREAD_SPLIT:
-        pool = _helpers(nt - 1)
-        step = -(-len(dsts) // nt)
-        futs = [
-            pool.submit(_pread_run, dst, fdl[a : a + step], dsts[a : a + step],
-                        srcs[a : a + step], nbytes[a : a + step])
-            for a in range(step, len(dsts), step)
-        ]  # fmt: skip
-        try:
-            _pread_run(dst, fdl[:step], dsts[:step], srcs[:step], nbytes[:step])
-        finally:
-            for f in futs:
-                f.result()
-        return
     _pread_run(dst, fdl, dsts, srcs, nbytes)
 
 
@@ -522,20 +505,6 @@ def _pread_run(
             if more <= 0:
                 raise FormatError(f"shard file ended inside a sample ({s + got} of {s + k})")
             got += more
-
-
-PREAD_THREADS = int(os.environ.get("ASTREAM_PREAD_THREADS", "1"))
-PREAD_SPLIT = 1 << 20  # bytes of a column's batch from which the copy is split
-_POOL_PID: list[Any] = [None, None]
-
-
-def _helpers(n: int) -> Any:
-    """This process's helper threads (made again in a forked child)."""
-    if _POOL_PID[0] != os.getpid():
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL_PID[:] = [os.getpid(), ThreadPoolExecutor(n, thread_name_prefix="astream-pread")]
-    return _POOL_PID[1]
 
 
 def _copy_small(dst: U8, dsts: I64, src: U8, srcs: I64, nbytes: I64) -> None:

@@ -66,26 +66,3 @@ def test_views_keep_the_buffer(data: Any) -> None:
     for _ in it:
         pass
     assert np.array_equal(kept, want)
-
-
-def test_split_copy_equals_one_thread(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Large values copied by helper threads (``ASTREAM_PREAD_THREADS``) land where one
-    thread puts them."""
-    from astream import MDSWriter
-
-    rng = np.random.default_rng(1)
-    path = str(tmp_path / "big")
-    with MDSWriter(out=path, columns={"i": "int", "blob": "bytes"}, size_limit=1 << 20) as w:
-        for i in range(48):
-            w.write({"i": i, "blob": rng.bytes(int(rng.integers(40_000, 140_000)))})
-
-    def epoch(threads: int) -> list[dict[str, Any]]:
-        monkeypatch.setattr(batchdecode, "PREAD_THREADS", threads)
-        ds = StreamingDataset(local=path, batch_size=16, shuffle=True)
-        return [{k: v.copy() for k, v in b.items()} for b in ds.batches(ragged="offsets")]
-
-    one, three = epoch(1), epoch(3)
-    assert [b["blob_offsets"][-1] for b in one] == [b["blob_offsets"][-1] for b in three]
-    assert all(int(b["blob_offsets"][-1]) >= batchdecode.PREAD_SPLIT for b in one)
-    for a, b in zip(one, three):
-        assert np.array_equal(a["i"], b["i"]) and np.array_equal(a["blob"], b["blob"])
