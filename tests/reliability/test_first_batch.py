@@ -111,7 +111,10 @@ def cold_pair(
     on = pairs(list(ds))
     assert ds.engine._parts().range_samples > 0
     check_cache(str(tmp / "on"), sizes)
-    return off, on, shard_gets(proxy, sizes) - len(sizes)
+    extra = shard_gets(proxy, sizes) - len(sizes)
+    proxy.reset_stats()  # warm: every shard is in the cache, nothing is read by range
+    assert sorted(pairs(list(ds))) == sorted(on) and shard_gets(proxy, sizes) == 0
+    return off, on, extra
 
 
 def test_clouds_same_samples_by_ranges(
@@ -190,7 +193,7 @@ def memfds() -> int:
     return n
 
 
-@pytest.mark.parametrize("fmt", [None, "numpy"])
+@pytest.mark.parametrize("fmt", [pytest.param(None, marks=pytest.mark.slow), "numpy"])
 def test_loader_two_workers_by_ranges(
     s3_server: Any,
     s3_big: str,
@@ -264,9 +267,21 @@ def test_hash_validation_skips_ranges(
     assert sorted(i for i, _ in got) == list(range(N)) and all(d == big(i) for i, d in got)
     assert range_gets(proxy, sizes) == [] and ds.engine._parts().range_samples == 0
     proxy.reset_stats()  # the same data without validation does read ranges (the control)
-    ds = dataset(url, s3_opts(proxy), str(tmp_path / "d"), 8)
-    assert pairs(list(ds)) == pairs(list(dataset(url, {}, str(tmp_path / "e"), 0)))
+    it = iter(dataset(url, s3_opts(proxy), str(tmp_path / "d"), 8))
+    assert pairs([next(it) for _ in range(16)]) == got[:16]
     assert range_gets(proxy, sizes)
+
+
+def cache_bytes(local: str) -> int:
+    """Bytes of shard files in ``local``, downloads in progress included."""
+    total = 0
+    for name in os.listdir(local):
+        if name.startswith("shard."):
+            try:
+                total += os.path.getsize(os.path.join(local, name))
+            except FileNotFoundError:
+                pass  # a download renamed or an eviction since the listing
+    return total
 
 
 def test_cache_limit_kept(
@@ -274,7 +289,7 @@ def test_cache_limit_kept(
 ) -> None:
     proxy = make_proxy(s3_server.url)
     sizes = shard_sizes(big_src)
-    limit = 4 * max(sizes.values())
+    limit = 8 * max(sizes.values())  # of ~34 shards: evictions all along
     local = str(tmp_path / "lim")
     ds = dataset(s3_big, s3_opts(proxy), local, 8, cache_limit=limit, shuffle_block_size=32)
     used = []
@@ -282,8 +297,7 @@ def test_cache_limit_kept(
     for k, x in enumerate(ds):
         got.append(x)
         if k % 8 == 0:
-            used.append(sum(os.path.getsize(os.path.join(local, n)) for n in os.listdir(local)
-                            if n.startswith("shard.")))  # fmt: skip
+            used.append(cache_bytes(local))
     assert sorted(int(x["id"]) for x in got) == list(range(N))
     assert all(bytes(x["data"]) == big(int(x["id"])) for x in got)
     assert max(used) <= limit
@@ -351,3 +365,27 @@ def test_local_data_untouched(big_src: str) -> None:
     got = pairs(list(ds))
     assert sorted(i for i, _ in got) == list(range(N))
     assert ds.engine._parts().range_samples == 0
+
+
+@pytest.mark.parametrize("io", ["thread", pytest.param("loop", marks=pytest.mark.slow)])
+def test_aiter_by_ranges(
+    s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any, io: str
+) -> None:
+    import asyncio
+
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+    opts = s3_opts(proxy)
+    full = pairs(list(dataset(s3_big, opts, str(tmp_path / "full"), 0)))
+    proxy.reset_stats()
+    ds = dataset(s3_big, opts, str(tmp_path / "a"), 8)
+
+    async def go() -> list[dict[str, Any]]:
+        try:
+            return [x async for x in ds.aiter(io=io)]
+        finally:
+            await ds.engine.aclose()
+
+    assert pairs(asyncio.run(go())) == full
+    assert range_gets(proxy, sizes) and ds.engine._parts().range_samples > 0
+    check_cache(str(tmp_path / "a"), sizes)
