@@ -232,6 +232,8 @@ class Engine:
         stats = parts.stats
         opener = self._opener(parts.space, stats)
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
+        if self.range_first_batches:
+            pf.hold()  # until the first batch's ranges are read (``_ranged``)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
         tracker = self._track(parts.space, la)
         stats.live = (weakref.ref(pf), weakref.ref(la))  # for astream.metrics
@@ -269,7 +271,7 @@ class Engine:
             for groups, size in la:
                 if tracker is not None:
                     tracker.batch()
-                ranged = self._ranged(groups, la, opener)
+                ranged = self._ranged(groups, la, opener, pf)
                 if ranged is None:
                     batch = decode_batch(groups, size, open_shard)
                 else:
@@ -312,7 +314,7 @@ class Engine:
             for groups, size in la:
                 if tracker is not None:
                     tracker.batch()
-                ranged = self._ranged(groups, la, opener)
+                ranged = self._ranged(groups, la, opener, pf)
                 if ranged is None:
                     out = finish(locate_batch(groups, size, open_shard, layouts, ragged))
                 else:  # its own row tables: a range shard holds a few samples of its shard
@@ -366,6 +368,8 @@ class Engine:
         on_loop = io == "loop"
         loop = asyncio.get_running_loop() if on_loop else None
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
+        if self.range_first_batches:
+            pf.hold()  # until the first batch's ranges are read (below)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
         tracker = self._track(parts.space, la)
         stats.live, multi = (weakref.ref(pf), weakref.ref(la)), bool(stats.stream_samples)
@@ -418,14 +422,17 @@ class Engine:
                     tracker.batch()
                 ranged: dict[int, RangeShard] = {}
                 wants = self._range_wants(groups, la, opener)
-                if wants:
-                    with Stopwatch(stats):
-                        if on_loop:
-                            ranged = await self._range_batch(wants)
-                        else:
-                            ranged = await asyncio.wrap_future(
-                                bridge.submit(self._range_batch(wants))
-                            )
+                try:
+                    if wants:
+                        with Stopwatch(stats):
+                            if on_loop:
+                                ranged = await self._range_batch(wants)
+                            else:
+                                ranged = await asyncio.wrap_future(
+                                    bridge.submit(self._range_batch(wants))
+                                )
+                finally:
+                    pf.release()
                 out: list[Any] = [None] * size
                 for s, positions, locals_ in groups:
                     if clock() - mark > slice_s:
@@ -573,15 +580,21 @@ class Engine:
         return wants
 
     def _ranged(
-        self, groups: Groups, la: Lookahead, opener: ShardOpener
+        self, groups: Groups, la: Lookahead, opener: ShardOpener, pf: Prefetcher
     ) -> dict[int, RangeShard] | None:
         """This batch's range shards (see :meth:`_range_wants`), read on the I/O loop thread;
-        None when the batch reads only whole shards."""
-        wants = self._range_wants(groups, la, opener)
-        if not wants:
-            return None
-        with Stopwatch(self._parts().stats):
-            return bridge.run(self._range_batch(wants))
+        None when the batch reads only whole shards. The iteration's whole-shard downloads
+        were held (:meth:`Prefetcher.hold`) so that the first batch's GETs do not queue behind
+        them at the server: they start once those are read (or failed), before anything
+        waits for a download."""
+        try:
+            wants = self._range_wants(groups, la, opener)
+            if not wants:
+                return None
+            with Stopwatch(self._parts().stats):
+                return bridge.run(self._range_batch(wants))
+        finally:
+            pf.release()
 
     async def _range_batch(self, wants: list[tuple[int, list[int]]]) -> dict[int, RangeShard]:
         """Read the wanted samples of each shard by ranged GETs, all shards at once: the
@@ -766,7 +779,7 @@ class _Tracker:
             self.clocks = None
 
 
-_RANGE_GAP = 256 << 10  # wanted samples closer than this in a shard are read by one GET
+_RANGE_GAP = 1 << 20  # wanted samples closer than this in a shard are read by one GET
 _RANGE_GETS = 32  # ranged GETs at a time per batch
 
 
