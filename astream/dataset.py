@@ -317,7 +317,7 @@ class StreamingCore:
         format: str = "mds",
         columns: list[str] | None = None,
         files: list[str] | None = None,
-        range_first_batches: int = 8,
+        range_first_batches: int = 1,
     ) -> None:
         kw = dict(locals())
         del kw["self"]

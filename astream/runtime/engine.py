@@ -115,7 +115,7 @@ class Engine:
         ahead: int,
         concurrency: int = 4,
         cache_policy: str = "next_use",
-        range_first_batches: int = 8,
+        range_first_batches: int = 1,
     ) -> None:
         self.catalog = catalog
         self.stores = stores
