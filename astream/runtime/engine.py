@@ -607,7 +607,7 @@ class Engine:
 
         async def get(store: Any, key: str, a: int, b: int, remote: str) -> bytes:
             async with sem:
-                data = await store.get_range(key, a, b)
+                data: bytes = await store.get_range(key, a, b)
             stats.range_requests += 1
             stats.add_bytes(remote, len(data))
             if len(data) != b - a:
