@@ -317,6 +317,7 @@ class StreamingCore:
         format: str = "mds",
         columns: list[str] | None = None,
         files: list[str] | None = None,
+        range_first_batches: int = 1,
     ) -> None:
         kw = dict(locals())
         del kw["self"]
@@ -348,6 +349,9 @@ class StreamingCore:
         streams, remote, local, split = kw["streams"], kw["remote"], kw["local"], kw["split"]
         keep_zip, allow_unsafe_types = kw["keep_zip"], kw["allow_unsafe_types"]
         check_policy(kw["cache_policy"])
+        first = kw["range_first_batches"]
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise ConfigError(f"range_first_batches must be an int >= 0, got {first!r}")
         if transform is not None and not callable(transform):
             raise ConfigError(f"transform must be a callable, got {type(transform).__name__}")
         self.transform = transform
@@ -412,6 +416,7 @@ class StreamingCore:
             allow_unsafe_types=allow_unsafe_types,
             ahead=ahead,
             cache_policy=kw["cache_policy"],
+            range_first_batches=first,
         )
         self._epochs = _Epochs()
         self._current: tuple[int, int] = (0, 0)  # (epoch, start) of this process's iteration

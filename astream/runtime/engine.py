@@ -44,9 +44,16 @@ from astream.runtime.batch import BatchLayouts, locate_batch
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
 from astream.runtime.clocks import NodeClocks
-from astream.runtime.fetch import ShardFetcher
+from astream.runtime.fetch import ShardFetcher, is_complete
 from astream.runtime.prefetch import Lookahead, Prefetcher
-from astream.runtime.reader import OpenShard, ShardOpener, decode_batch
+from astream.runtime.reader import (
+    BatchGroups,
+    Groups,
+    OpenShard,
+    RangeShard,
+    ShardOpener,
+    decode_batch,
+)
 from astream.runtime.stats import Stats, Stopwatch
 from astream.runtime.stores import StorePool
 
@@ -72,6 +79,8 @@ class _ProcessParts:
     promoting: dict[int, asyncio.Task[bool]] = field(default_factory=dict)
     # a cached file's raw path -> its shard (``next_use`` evictions); filled on first use
     file_shard: dict[str, int] = field(default_factory=dict)
+    # samples served by ranges at the start of an iteration (``Engine._range_batch``)
+    range_samples: int = 0
 
 
 class _Follow(NamedTuple):
@@ -106,6 +115,7 @@ class Engine:
         ahead: int,
         concurrency: int = 4,
         cache_policy: str = "next_use",
+        range_first_batches: int = 1,
     ) -> None:
         self.catalog = catalog
         self.stores = stores
@@ -116,6 +126,10 @@ class Engine:
         self.ahead = ahead
         self.concurrency = concurrency
         self.cache_policy = check_policy(cache_policy)
+        self.range_first_batches = range_first_batches  # see _range_wants
+        # shards smaller than this are never read by range: one GET brings them whole about as
+        # fast as a header GET and a data GET (tests lower it to read small shards by range)
+        self.range_min_bytes = 1 << 20
         self._follow: _Follow | None = None  # the next iteration's place in the node
         self._pid = -1
         self._local: _ProcessParts | None = None
@@ -218,6 +232,8 @@ class Engine:
         stats = parts.stats
         opener = self._opener(parts.space, stats)
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
+        if self.range_first_batches:
+            pf.hold()  # until the first batch's ranges are read (``_ranged``)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
         tracker = self._track(parts.space, la)
         stats.live = (weakref.ref(pf), weakref.ref(la))  # for astream.metrics
@@ -255,7 +271,11 @@ class Engine:
             for groups, size in la:
                 if tracker is not None:
                     tracker.batch()
-                batch = decode_batch(groups, size, open_shard)
+                ranged = self._ranged(groups, la, opener, pf)
+                if ranged is None:
+                    batch = decode_batch(groups, size, open_shard)
+                else:
+                    batch = decode_batch(groups, size, _first(ranged, open_shard))
                 stats.samples += len(batch)
                 if multi:
                     stats.count_streams(groups, self.catalog.shard_stream)
@@ -294,7 +314,22 @@ class Engine:
             for groups, size in la:
                 if tracker is not None:
                     tracker.batch()
-                out = finish(locate_batch(groups, size, open_shard, layouts, ragged))
+                ranged = self._ranged(groups, la, opener, pf)
+                if ranged is None:
+                    out = finish(locate_batch(groups, size, open_shard, layouts, ragged))
+                else:  # its own row tables: a range shard holds a few samples of its shard
+                    located = locate_batch(
+                        _compact(groups, ranged),
+                        size,
+                        _first(ranged, open_shard),
+                        BatchLayouts(self.catalog),
+                        ragged,
+                    )
+                    try:
+                        out = finish(located)
+                    finally:
+                        for r in ranged.values():
+                            r.close()
                 stats.samples += size
                 if multi:
                     stats.count_streams(groups, self.catalog.shard_stream)
@@ -333,6 +368,8 @@ class Engine:
         on_loop = io == "loop"
         loop = asyncio.get_running_loop() if on_loop else None
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
+        if self.range_first_batches:
+            pf.hold()  # until the first batch's ranges are read (below)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
         tracker = self._track(parts.space, la)
         stats.live, multi = (weakref.ref(pf), weakref.ref(la)), bool(stats.stream_samples)
@@ -383,12 +420,26 @@ class Engine:
                 groups, size = step
                 if tracker is not None:
                     tracker.batch()
+                ranged: dict[int, RangeShard] = {}
+                wants = self._range_wants(groups, la, opener)
+                try:
+                    if wants:
+                        with Stopwatch(stats):
+                            if on_loop:
+                                ranged = await self._range_batch(wants)
+                            else:
+                                ranged = await asyncio.wrap_future(
+                                    bridge.submit(self._range_batch(wants))
+                                )
+                finally:
+                    pf.release()
                 out: list[Any] = [None] * size
                 for s, positions, locals_ in groups:
                     if clock() - mark > slice_s:
                         await asyncio.sleep(0)
                         mark = clock()
-                    sample = (await open_shard(s)).sample
+                    got = ranged.get(s)
+                    sample = (got if got is not None else await open_shard(s)).sample
                     for c in range(0, len(positions), 128):
                         for j, li in zip(positions[c : c + 128], locals_[c : c + 128]):
                             out[j] = sample(li)
@@ -465,30 +516,137 @@ class Engine:
         if local is not None:
             return local
         shard = self.catalog.shards[s]
-        entry = self.catalog.entries[s]
         assert shard.remote is not None
         store = self.stores.get(shard.remote)
-        headers = parts.headers
-        offsets = headers.get(s)
-        spent = 0
-        if offsets is None:
-            meta = shard.meta  # a split shard's offsets live in its meta file
-            head_key = shard.raw_key if meta is None else meta.raw_key
-            head = await store.get_range(head_key, 0, header_size(entry.samples))
-            stats.range_requests += 1
-            stats.add_bytes(shard.remote, len(head))
-            spent += len(head)
-            first = None if meta is None else 0  # split offsets index the data file from 0
-            offsets = parse_offsets(
-                head, shard.url(), entry.samples, entry.raw_data.bytes, min_first=first
-            ).tolist()
-            headers[s] = offsets
+        offsets, spent = await self._range_offsets(parts, s)
         data = await store.get_range(shard.raw_key, offsets[li], offsets[li + 1])
         stats.range_requests += 1
         stats.add_bytes(shard.remote, len(data))
         self._maybe_promote(parts, s, spent + len(data))
         stats.samples += 1
         return opener.decoder(s).decode(memoryview(data))
+
+    async def _range_offsets(self, parts: _ProcessParts, s: int) -> tuple[list[int], int]:
+        """Shard ``s``'s sample offsets, read by range the first time (then kept for the
+        process), and the bytes that cost now."""
+        offsets = parts.headers.get(s)
+        if offsets is not None:
+            return offsets, 0
+        shard = self.catalog.shards[s]
+        entry = self.catalog.entries[s]
+        assert shard.remote is not None
+        store = self.stores.get(shard.remote)
+        meta = shard.meta  # a split shard's offsets live in its meta file
+        head_key = shard.raw_key if meta is None else meta.raw_key
+        head = await store.get_range(head_key, 0, header_size(entry.samples))
+        parts.stats.range_requests += 1
+        parts.stats.add_bytes(shard.remote, len(head))
+        first = None if meta is None else 0  # split offsets index the data file from 0
+        offsets = parse_offsets(
+            head, shard.url(), entry.samples, entry.raw_data.bytes, min_first=first
+        ).tolist()
+        parts.headers[s] = offsets
+        return offsets, len(head)
+
+    # -- the start of an iteration: first samples by range while whole shards download ---------
+    def _range_wants(
+        self, groups: Groups, la: Lookahead, opener: ShardOpener
+    ) -> list[tuple[int, list[int]]]:
+        """The shards of this batch to read by ranges, with their wanted samples: only in the
+        first ``range_first_batches`` batches of an iteration (each worker's; a resumed one
+        starts again), and only shards of at least ``range_min_bytes`` (1 MiB) not complete
+        in the cache whose samples can be
+        addressed and trusted without the whole file: uncompressed MDS shards with a remote,
+        read without hash validation (a range cannot be checked against a whole-file hash, so
+        a validating stream always waits for its shards)."""
+        if la.batches_taken > self.range_first_batches:
+            return []
+        wants = []
+        for s, _positions, locals_ in groups:
+            shard = self.catalog.shards[s]
+            if (
+                shard.remote is None
+                or shard.compression is not None
+                or shard.ranges is not None
+                or shard.meta is not None
+                or self.catalog.entries[s].format != "mds"
+                or (shard.validate_hash or self.validate_hash) is not None
+                or shard.files.raw_size < self.range_min_bytes
+                or opener.cached(s) is not None
+                or is_complete(shard.files.raw_path, shard.files.raw_size)
+            ):
+                continue
+            wants.append((s, locals_))
+        return wants
+
+    def _ranged(
+        self, groups: Groups, la: Lookahead, opener: ShardOpener, pf: Prefetcher
+    ) -> dict[int, RangeShard] | None:
+        """This batch's range shards (see :meth:`_range_wants`), read on the I/O loop thread;
+        None when the batch reads only whole shards. The iteration's whole-shard downloads
+        were held (:meth:`Prefetcher.hold`) so that the first batch's GETs do not queue behind
+        them at the server: they start once those are read (or failed), before anything
+        waits for a download."""
+        try:
+            wants = self._range_wants(groups, la, opener)
+            if not wants:
+                return None
+            with Stopwatch(self._parts().stats):
+                return bridge.run(self._range_batch(wants))
+        finally:
+            pf.release()
+
+    async def _range_batch(self, wants: list[tuple[int, list[int]]]) -> dict[int, RangeShard]:
+        """Read the wanted samples of each shard by ranged GETs, all shards at once: the
+        header of a shard once per process, then its wanted samples coalesced into few ranges
+        (neighbours less than ``_RANGE_GAP`` bytes apart share a GET), at most
+        ``_RANGE_GETS`` GETs at a time. The whole-shard downloads go on meanwhile."""
+        parts = self._parts()
+        stats = parts.stats
+        sem = asyncio.Semaphore(_RANGE_GETS)
+
+        async def get(store: Any, key: str, a: int, b: int, remote: str) -> bytes:
+            async with sem:
+                data: bytes = await store.get_range(key, a, b)
+            stats.range_requests += 1
+            stats.add_bytes(remote, len(data))
+            if len(data) != b - a:
+                raise FormatError(f"range {a}-{b} came back with {len(data)} bytes", key)
+            return data
+
+        async def one(s: int, locals_: list[int]) -> RangeShard:
+            shard = self.catalog.shards[s]
+            assert shard.remote is not None
+            store = self.stores.get(shard.remote)
+            async with sem:
+                offsets, _ = await self._range_offsets(parts, s)
+            want = sorted(set(locals_))
+            runs: list[tuple[int, int]] = []  # [first, last] index into ``want``, inclusive
+            first = 0
+            for k in range(1, len(want) + 1):
+                if k == len(want) or offsets[want[k]] - offsets[want[k - 1] + 1] >= _RANGE_GAP:
+                    runs.append((first, k - 1))
+                    first = k
+            pieces = await asyncio.gather(
+                *(
+                    get(store, shard.raw_key, offsets[want[a]], offsets[want[b] + 1], shard.remote)
+                    for a, b in runs
+                )
+            )
+            chunks: list[memoryview] = []
+            compact = [0]
+            for (a, b), piece in zip(runs, pieces):
+                mv = memoryview(piece)
+                base = offsets[want[a]]
+                for li in want[a : b + 1]:
+                    chunks.append(mv[offsets[li] - base : offsets[li + 1] - base])
+                    compact.append(compact[-1] + offsets[li + 1] - offsets[li])
+            slot = {li: j for j, li in enumerate(want)}
+            return RangeShard(b"".join(chunks), compact, slot, parts.random.decoder(s))
+
+        shards = await asyncio.gather(*(one(s, locals_) for s, locals_ in wants))
+        parts.range_samples += sum(len(r.slot) for r in shards)
+        return {s: r for (s, _), r in zip(wants, shards)}
 
     async def _promoted(self, parts: _ProcessParts, s: int, li: int) -> dict[str, Any] | None:
         """Sample ``li`` of ``s`` from the cache once a promotion of ``s`` started on this loop
@@ -617,6 +775,40 @@ class _Tracker:
         if self.clocks is not None:
             self.clocks.close()
             self.clocks = None
+
+
+_RANGE_GAP = 1 << 20  # wanted samples closer than this in a shard are read by one GET
+_RANGE_GETS = 32  # ranged GETs at a time per batch
+
+
+def _first(ranged: dict[int, RangeShard], open_shard: Callable[[int], OpenShard]) -> Any:
+    """``open_shard`` that serves the batch's range shards first."""
+
+    def open_(s: int) -> Any:
+        got = ranged.get(s)
+        return got if got is not None else open_shard(s)
+
+    return open_
+
+
+def _compact(groups: Groups, ranged: dict[int, RangeShard]) -> BatchGroups:
+    """``groups`` with the sample indices of range shards turned into their slots in the
+    range shard's compact buffer (what the columnar path indexes)."""
+    out = BatchGroups()
+    local = groups.local if isinstance(groups, BatchGroups) else None
+    if local is not None:
+        local = local.copy()
+    for s, positions, locals_ in groups:
+        r = ranged.get(s)
+        if r is not None:
+            slot = r.slot
+            locals_ = [slot[li] for li in locals_]
+            if local is not None:
+                local[positions] = locals_
+        out.append((s, positions, locals_))
+    out.local = local
+    out.which = groups.which if isinstance(groups, BatchGroups) else None
+    return out
 
 
 def _forget_promotion(promoting: dict[int, asyncio.Task[bool]], s: int) -> Any:

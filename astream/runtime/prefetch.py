@@ -55,8 +55,29 @@ class Prefetcher:
         self._loop = loop  # None: the bridge loop (sync consumer)
         self._sem: asyncio.Semaphore | None = None
         self._pending: dict[int, concurrent.futures.Future[bool] | asyncio.Future[bool]] = {}
+        self._gate: asyncio.Event | None = None  # see hold()
+
+    def hold(self) -> None:
+        """Downloads wanted from now on wait for :meth:`release`: the engine holds them while
+        it reads an iteration's first samples by range, so those few GETs do not queue behind
+        whole shards at the server. The caller must release before it waits on a download."""
+        if self._gate is None:
+            self._gate = asyncio.Event()
+
+    def release(self) -> None:
+        """Let held downloads start (idempotent; cheap once released)."""
+        gate, self._gate = self._gate, None
+        if gate is None:
+            return
+        if self._loop is None:
+            bridge.get_loop().call_soon_threadsafe(gate.set)
+        else:
+            gate.set()  # called on the caller's loop (``aiter``)
 
     async def _run(self, s: int) -> bool:
+        gate = self._gate
+        if gate is not None:
+            await gate.wait()
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.concurrency)
         async with self._sem:

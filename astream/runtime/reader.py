@@ -51,7 +51,14 @@ from astream.runtime.fetch import _hash_file
 from astream.runtime.locks import FileLock
 from astream.runtime.stats import Stats
 
-__all__ = ["BatchGroups", "OpenShard", "ShardOpener", "batch_groups", "decode_batch"]
+__all__ = [
+    "BatchGroups",
+    "OpenShard",
+    "RangeShard",
+    "ShardOpener",
+    "batch_groups",
+    "decode_batch",
+]
 
 
 class OpenShard:
@@ -128,6 +135,75 @@ class OpenShard:
         if self._pin is not None:
             self._pin.release()
             self._pin = None
+
+
+class RangeShard:
+    """Some samples of a shard that is not in the cache yet, read by ranged GETs (the start of
+    an iteration, see ``Engine._range_batch``): the same interface as :class:`OpenShard` for
+    the samples it holds. ``slot[i]`` is shard sample ``i``'s place in the compact buffer (the
+    samples back to back, in shard order), which is what :meth:`buffer` and
+    :meth:`offsets_array` describe: the columnar path reads it as a small shard of its own.
+    Nothing of it is ever written to the cache."""
+
+    __slots__ = ("_buf", "_fd", "_mv", "_off", "decode", "slot")
+
+    def __init__(
+        self,
+        buf: bytes,
+        offsets: list[int],
+        slot: dict[int, int],
+        decoder: SampleDecoder | SplitDecoder,
+    ) -> None:
+        self._buf = buf
+        self._mv = memoryview(buf)
+        self._off = offsets  # len(slot) + 1 offsets into ``buf``, from 0
+        self.slot = slot
+        self._fd = -1
+        self.decode = decoder.decode
+
+    def sample(self, i: int) -> dict[str, Any]:
+        j = self.slot[i]
+        return self.decode(self._mv[self._off[j] : self._off[j + 1]])
+
+    def samples(self, indices: list[int]) -> list[dict[str, Any]]:
+        dec, mv, off, slot = self.decode, self._mv, self._off, self.slot
+        return [dec(mv[off[slot[i]] : off[slot[i] + 1]]) for i in indices]
+
+    def buffer(self) -> Any:
+        return np.frombuffer(self._buf, np.uint8)
+
+    def offsets_array(self) -> Any:
+        return np.asarray(self._off, np.int64)
+
+    def drop_pages(self) -> None:
+        pass  # private memory: nothing mapped from the cache
+
+    def fileno(self) -> int:
+        """An anonymous in-memory file holding the buffer, for the columnar decoder's
+        ``preadv`` of large values (closed by :meth:`close`)."""
+        if self._fd < 0:
+            try:
+                fd = os.memfd_create("astream-range", os.MFD_CLOEXEC)
+            except (AttributeError, OSError):  # no memfd here: an unlinked temporary file
+                import tempfile
+
+                with tempfile.TemporaryFile() as f:
+                    fd = os.dup(f.fileno())
+            try:
+                mv = self._mv
+                done = 0
+                while done < len(mv):
+                    done += os.pwrite(fd, mv[done:], done)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._fd = fd
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def _nofile() -> int:
