@@ -18,6 +18,7 @@ deals any global position to any World.
 
 from __future__ import annotations
 
+import gc
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -192,6 +193,19 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
         ds = self._core
         if ds._normal(*ds._epochs.owner_next())[0] != epoch:
             ds.set_epoch(epoch)
+
+    def _get_iterator(self) -> Any:
+        """torch's iterator, with this process's objects frozen while it forks the workers:
+        a forked worker's garbage collector then never walks the objects it inherited (torch's
+        and the trainer's heap), so its first collections neither cost a full pass over them
+        nor touch, and so copy, their pages (the Python docs' advice for fork without exec)."""
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        gc.freeze()
+        try:
+            return super()._get_iterator()
+        finally:
+            gc.unfreeze()
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds = self._core

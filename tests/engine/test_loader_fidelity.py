@@ -351,3 +351,24 @@ def test_a_worker_state_taken_mid_batch_skips_exactly_what_it_yielded() -> None:
     for n in (0, 5, 8, 13, 31, 32):
         got = np.concatenate(list(_skip(iter(batches), n)) or [np.zeros(0, int)]).tolist()
         assert got == list(range(n, 32)), n
+
+
+def freeze_count(batch: list[Any]) -> list[int]:
+    """``collate_fn`` run in the worker: how many objects its garbage collector never walks."""
+    import gc
+
+    return [gc.get_freeze_count()]
+
+
+def test_forked_workers_start_with_the_parents_objects_frozen(local_dataset: Any) -> None:
+    """StreamingDataLoader freezes the process's objects while torch forks the workers (a
+    worker's collections then skip the inherited heap), and unfreezes them in the parent."""
+    import gc
+
+    path, _ = local_dataset
+    ds = StreamingDataset(local=path, batch_size=8)
+    loader = StreamingDataLoader(ds, batch_size=8, num_workers=2, collate_fn=freeze_count)
+    counts = [c for b in loader for c in b]
+    assert len(counts) == -(-N // 8)
+    assert min(counts) > 10_000  # the parent's heap (torch's modules alone are more)
+    assert gc.get_freeze_count() == 0
