@@ -26,7 +26,7 @@ from torch.utils.data import IterableDataset
 from astream.placement import dataloader_worker as _worker
 from astream.torch.shm import WorkerRing, forget_group, new_group
 
-__all__ = ["BatchDataset", "identity"]
+__all__ = ["BatchDataset", "RingView", "identity"]
 
 
 def identity(x: Any) -> Any:
@@ -34,7 +34,29 @@ def identity(x: Any) -> Any:
     return x
 
 
-class BatchDataset(IterableDataset):  # type: ignore[type-arg]
+class RingView(IterableDataset):  # type: ignore[type-arg]
+    """What the batch views share: in a DataLoader worker with ``shared_memory``, batches are
+    built in that worker's ring of ``ring`` slots (made in the worker, never pickled); the
+    main process's maps of the slots die with the view."""
+
+    def _init_ring(self, shared_memory: bool, ring: int) -> None:
+        from astream.errors import ConfigError
+
+        if isinstance(ring, bool) or not isinstance(ring, int) or ring < 1:
+            raise ConfigError(f"ring must be an int >= 1, got {ring!r}")
+        self.shared_memory = bool(shared_memory)
+        self.ring = ring
+        self.group = new_group()
+        self._ring: WorkerRing | None = None
+        weakref.finalize(self, forget_group, self.group)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_ring"] = None
+        return state
+
+
+class BatchDataset(RingView):
     """Planned batches of ``dataset`` as items (see the module docstring)."""
 
     def __init__(
@@ -46,26 +68,14 @@ class BatchDataset(IterableDataset):  # type: ignore[type-arg]
         shared_memory: bool = True,
         ring: int = 4,
     ) -> None:
-        from astream.errors import ConfigError
 
         dataset._check_batch_output(None, ragged)
         dataset._batch_converter(batch_format)  # checks the name
-        if isinstance(ring, bool) or not isinstance(ring, int) or ring < 1:
-            raise ConfigError(f"ring must be an int >= 1, got {ring!r}")
+        self._init_ring(shared_memory, ring)
         self.dataset = dataset
         self.batch_format = batch_format
         self.ragged = ragged
         self.drop_last = bool(drop_last)
-        self.shared_memory = bool(shared_memory)
-        self.ring = ring
-        self.group = new_group()
-        self._ring: WorkerRing | None = None
-        weakref.finalize(self, forget_group, self.group)  # the maps die with the view
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_ring"] = None
-        return state
 
     def __iter__(self) -> Iterator[Any]:
         ds = self.dataset

@@ -23,22 +23,22 @@ values are those of stacking the sequences in private memory (``num_workers=0``,
 from __future__ import annotations
 
 import os
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from torch.utils.data import IterableDataset, default_collate, default_convert
+from torch.utils.data import default_collate, default_convert
 
 from astream.core.world import World
 from astream.errors import ConfigError
 from astream.packing import KEY, PackedBatch, chunks, group, iter_packed, make_state
 from astream.placement import dataloader_worker, detect
-from astream.torch.shm import WorkerRing, forget_group, new_group
+from astream.torch.batches import RingView
+from astream.torch.shm import WorkerRing
 
 __all__ = ["LoaderPack", "PackCollate", "PackView", "pack_loader_args"]
 
 
-class PackView(IterableDataset):  # type: ignore[type-arg]
+class PackView(RingView):
     """Packed sequences of ``dataset`` (with their cursors when ``carry``); ``size``: stacked
     ``size`` at a time and converted to ``batch_format``. In a DataLoader worker with
     ``shared_memory`` (the default), each stacked batch is built in the worker's ring of
@@ -54,23 +54,12 @@ class PackView(IterableDataset):  # type: ignore[type-arg]
         shared_memory: bool = True,
         ring: int = 4,
     ) -> None:
-        if isinstance(ring, bool) or not isinstance(ring, int) or ring < 1:
-            raise ConfigError(f"ring must be an int >= 1, got {ring!r}")
+        self._init_ring(shared_memory, ring)
         self.dataset = dataset
         self.size = size
         self.batch_format = batch_format
         self.drop_last = drop_last
         self.carry = carry
-        self.shared_memory = bool(shared_memory)
-        self.ring = ring
-        self.group = new_group()
-        self._ring: WorkerRing | None = None
-        weakref.finalize(self, forget_group, self.group)  # the maps die with the view
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_ring"] = None
-        return state
 
     def __iter__(self) -> Iterator[Any]:
         items = iter_packed(self.dataset, carry=self.carry)
