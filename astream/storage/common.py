@@ -23,6 +23,7 @@ from typing import Protocol
 from astream.errors import (
     AccessDeniedError,
     ConfigError,
+    ObjectChangedError,
     ObjectNotFoundError,
     StorageError,
     ThrottledError,
@@ -34,6 +35,7 @@ __all__ = [
     "CHUNK_SIZE",
     "POOL_SIZE",
     "RawBackend",
+    "changed_error",
     "error_for_status",
     "join_key",
     "range_header",
@@ -55,8 +57,12 @@ class RawBackend(Protocol):
 
     def url_for(self, key: str) -> str: ...
 
-    def iter_range(self, key: str, start: int, end: int | None) -> AsyncIterator[bytes]:
-        """Chunks of bytes ``[start, end)``; nothing when ``start`` is past the end."""
+    def iter_range(
+        self, key: str, start: int, end: int | None, etag: str | None = None
+    ) -> AsyncIterator[bytes]:
+        """Chunks of bytes ``[start, end)``; nothing when ``start`` is past the end. With
+        ``etag`` (what ``list``/``head`` gave as the object's identity), the read is
+        conditional on it and a rewritten object raises :func:`changed_error`."""
         ...
 
     async def head(self, key: str) -> ObjectInfo: ...
@@ -99,6 +105,16 @@ def range_header(start: int, end: int | None) -> str | None:
     if end is None:
         return f"bytes={start}-"
     return f"bytes={start}-{end - 1}"
+
+
+def changed_error(url: str, etag: str | None) -> ObjectChangedError:
+    """A conditional read's failed precondition: the object is not the one indexed."""
+    return ObjectChangedError(
+        f"changed since the index was built (a read conditioned on etag/generation {etag} "
+        "failed: the object was rewritten); its rows would no longer be the ones the index "
+        "(and any checkpoint) numbers: rebuild the index and clear the cache, or restore it",
+        url,
+    )
 
 
 def error_for_status(status: int, url: str, detail: str = "") -> StorageError:

@@ -35,6 +35,7 @@ from astream.storage.base import ObjectInfo
 from astream.storage.common import (
     CHUNK_SIZE,
     POOL_SIZE,
+    changed_error,
     error_for_status,
     join_key,
     range_header,
@@ -176,18 +177,24 @@ class S3Backend:
         asyncio.TimeoutError,
     )
 
-    async def iter_range(self, key: str, start: int, end: int | None) -> AsyncIterator[bytes]:
+    async def iter_range(
+        self, key: str, start: int, end: int | None, etag: str | None = None
+    ) -> AsyncIterator[bytes]:
         client = await self._get_client()
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key)}
         rng = range_header(start, end)
         if rng:
             kwargs["Range"] = rng
+        if etag is not None:
+            kwargs["IfMatch"] = etag
         try:
             resp = await client.get_object(**kwargs)
         except botocore.exceptions.ClientError as exc:
             code = exc.response.get("Error", {}).get("Code")
             if code == "InvalidRange":
                 return
+            if etag is not None and (code in ("PreconditionFailed", "412")):
+                raise changed_error(self.url_for(key), etag) from exc
             raise self._map(exc, key) from exc
         except self._TRANSIENT as exc:
             raise self._map(exc, key) from exc
@@ -215,6 +222,13 @@ class S3Backend:
     async def list_page(
         self, prefix: str, token: str | None
     ) -> tuple[list[ObjectInfo], str | None]:
+        return await self.list_page_after(prefix, None, token)
+
+    async def list_page_after(
+        self, prefix: str, after: str | None, token: str | None
+    ) -> tuple[list[ObjectInfo], str | None]:
+        """A page of the keys under ``prefix`` that sort after the key ``after``
+        (``StartAfter``): a listing split into key ranges runs them concurrently."""
         client = await self._get_client()
         full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
         kwargs: dict[str, Any] = {
@@ -224,6 +238,8 @@ class S3Backend:
         }
         if token:
             kwargs["ContinuationToken"] = token
+        elif after is not None:
+            kwargs["StartAfter"] = self._key(after)
         try:
             r = await client.list_objects_v2(**kwargs)
         except self._TRANSIENT as exc:
