@@ -63,6 +63,7 @@ __all__ = ["build_table", "footer_file", "load_parquet", "CACHE_NAME"]
 CACHE_NAME = "parquet-index.bin"  # under local/.astream/
 TAIL = 64 << 10  # bytes read from the end of each object: the footer, in one GET usually
 CONCURRENCY = 64  # footer reads in flight
+LIST_CONCURRENCY = 16  # key ranges listed at once on a warm start (S3, GCS)
 
 
 def _pq() -> Any:
@@ -160,9 +161,35 @@ async def _read_footer(store: ObjectStore, info: ObjectInfo) -> ParquetFile:
     return footer_file(info, meta, url)
 
 
+async def _list_all(store: ObjectStore, known: list[str]) -> list[ObjectInfo]:
+    """Every object under the root. With ``known`` keys (a cached index) and a backend that
+    starts a listing at a key (S3, GCS), the key space is cut at every ``page - 2``-th known
+    key and the ranges are listed concurrently (one page each while nothing was added): every
+    key is still seen, in one range exactly. Other backends list serially."""
+    page = int(getattr(getattr(store, "raw", None), "list_page_size", 0) or 1000)
+    width = max(1, page - 2)
+    if not getattr(store, "lists_from_key", False) or len(known) <= width:
+        return [o async for o in store.list("")]
+    keys = sorted(known)
+    uptos: list[str | None] = list(keys[width - 1 :: width])
+    afters: list[str | None] = [None, *uptos]
+    uptos.append(None)
+    sem = asyncio.Semaphore(LIST_CONCURRENCY)
+
+    async def one(after: str | None, upto: str | None) -> list[ObjectInfo]:
+        async with sem:
+            got: list[ObjectInfo] = await store.list_between("", after, upto)  # type: ignore[attr-defined]
+            return got
+
+    parts = await asyncio.gather(*(one(a, u) for a, u in zip(afters, uptos)))
+    return [o for p in parts for o in p]
+
+
 async def _objects(
-    store: ObjectStore, files: list[str] | None, split: str | None
-) -> list[ObjectInfo]:
+    store: ObjectStore, files: list[str] | None, split: str | None, known: list[str]
+) -> tuple[list[ObjectInfo], bool]:
+    """The table's objects, and whether a published index may exist (False: the listing has
+    none, so no GET is spent looking for it)."""
     if files is not None:
         sem = asyncio.Semaphore(CONCURRENCY)
 
@@ -170,13 +197,13 @@ async def _objects(
             async with sem:
                 return await store.head(k)
 
-        return list(await asyncio.gather(*(head(k) for k in files)))
-    listed = {o.key: o async for o in store.list("")}
+        return list(await asyncio.gather(*(head(k) for k in files))), True
+    listed = {o.key: o for o in await _list_all(store, known)}
     keys = select_keys(list(listed), split)
     if not keys:
         where = store.url + (f" (split {split!r})" if split else "")
         raise EmptyDatasetError(f"no *.parquet objects under {where}")
-    return [listed[k] for k in keys]
+    return [listed[k] for k in keys], INDEX_NAME in listed
 
 
 def _read_cached(path: str) -> tuple[ParquetTable, bytes] | None:
@@ -213,11 +240,15 @@ async def build_table(
     use_published: bool = True,
 ) -> tuple[ParquetTable, int]:
     """The table's index and the number of footers read (0 on a warm start)."""
-    infos = await _objects(store, files, split)
     known: dict[str, list[ParquetFile]] = {}
     for f in cached.files if cached is not None else ():
         known.setdefault(f.key, []).append(f)
-    if use_published and any(not any(_same(i, f) for f in known.get(i.key, ())) for i in infos):
+    infos, maybe_published = await _objects(store, files, split, list(known))
+    if (
+        use_published
+        and maybe_published
+        and any(not any(_same(i, f) for f in known.get(i.key, ())) for i in infos)
+    ):
         pub = await _published(store)
         for f in pub.files if pub is not None else ():
             known.setdefault(f.key, []).append(f)
