@@ -40,6 +40,7 @@ __all__ = [
     "join_key",
     "range_header",
     "split_bucket",
+    "total_size",
 ]
 
 CHUNK_SIZE = 1 << 20
@@ -105,6 +106,16 @@ def range_header(start: int, end: int | None) -> str | None:
     if end is None:
         return f"bytes={start}-"
     return f"bytes={start}-{end - 1}"
+
+
+def total_size(content_range: str | None, got: int) -> int:
+    """The object size a suffix-range reply announces (``bytes a-b/total``); ``got`` when the
+    server sent the whole object instead (no ``Content-Range``)."""
+    if content_range:
+        total = content_range.rpartition("/")[2].strip()
+        if total.isdigit():
+            return int(total)
+    return got
 
 
 def changed_error(url: str, etag: str | None) -> ObjectChangedError:

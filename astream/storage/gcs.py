@@ -31,6 +31,7 @@ from astream.storage.common import (
     join_key,
     range_header,
     split_bucket,
+    total_size,
 )
 from astream.storage.http import LazySession, map_aiohttp_error
 
@@ -120,6 +121,26 @@ class GcsBackend:
                     yield chunk
             except self._ERRORS as exc:
                 raise self._map(exc, key) from exc
+
+    async def get_tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
+        """The last ``n`` bytes of ``key`` and its identity, in one suffix-range GET (no HEAD)."""
+        try:
+            stream = await self._client()._download_stream(
+                self.bucket, self._key(key), headers={"Range": f"bytes=-{n}"},
+                params={"alt": "media"},
+            )  # fmt: skip
+            async with stream as resp:
+                data: bytes = await resp.content.read()
+                headers = resp.headers
+        except aiohttp.ClientResponseError as exc:
+            if exc.status == 416:
+                return ObjectInfo(key, 0, None), b""
+            raise self._map(exc, key) from exc
+        except self._ERRORS as exc:
+            raise self._map(exc, key) from exc
+        size = total_size(headers.get("Content-Range"), len(data))
+        gen = headers.get("x-goog-generation") or None
+        return ObjectInfo(key, size, gen), data
 
     async def head(self, key: str) -> ObjectInfo:
         try:

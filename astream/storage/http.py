@@ -33,6 +33,7 @@ from astream.storage.common import (
     error_for_status,
     join_key,
     range_header,
+    total_size,
 )
 
 __all__ = ["HttpBackend", "LazySession", "map_aiohttp_error"]
@@ -147,6 +148,24 @@ class HttpBackend:
                     yield chunk
         except aiohttp.ClientError as exc:
             raise map_aiohttp_error(exc, url) from exc
+
+    async def get_tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
+        """The last ``n`` bytes of ``key`` and its ETag, in one suffix-range GET (no HEAD)."""
+        url = self.url_for(key)
+        try:
+            async with self._session.get().get(url, headers={"Range": f"bytes=-{n}"}) as resp:
+                if resp.status == 416:
+                    return ObjectInfo(key, 0, None), b""
+                if resp.status >= 400:
+                    raise error_for_status(resp.status, url, resp.reason or "")
+                data = await resp.read()
+                cr = resp.headers.get("Content-Range") if resp.status == 206 else None
+                info = ObjectInfo(key, total_size(cr, len(data)), resp.headers.get("ETag"))
+        except aiohttp.ClientError as exc:
+            raise map_aiohttp_error(exc, url) from exc
+        if resp.status == 200 and len(data) > n:  # the server ignored Range: keep the tail
+            data = data[-n:]
+        return info, data
 
     async def head(self, key: str) -> ObjectInfo:
         url = self.url_for(key)

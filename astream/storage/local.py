@@ -111,6 +111,19 @@ class LocalBackend:
             raise self._map(exc, key) from exc
         return os.path.getsize(path)
 
+    def _tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
+        with open(self._path(key), "rb") as f:
+            st = os.fstat(f.fileno())
+            f.seek(max(0, st.st_size - n))
+            return ObjectInfo(key, st.st_size, _tag(st)), f.read(n)
+
+    async def get_tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
+        """The last ``n`` bytes of ``key`` and its identity, from one open file."""
+        try:
+            return await asyncio.to_thread(self._tail, key, n)
+        except OSError as exc:
+            raise self._map(exc, key) from exc
+
     async def head(self, key: str) -> ObjectInfo:
         path = self._path(key)
         try:

@@ -240,6 +240,23 @@ class RetryingStore:
     async def head(self, key: str) -> ObjectInfo:
         return await self._call(key, lambda: self.raw.head(key))
 
+    @property
+    def reads_tails(self) -> bool:
+        """Whether :meth:`get_tail` works here (not Azure: its SDK has no suffix range)."""
+        return hasattr(self.raw, "get_tail")
+
+    async def get_tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
+        """The last ``n`` bytes of ``key`` (all of it when shorter) and its size and identity,
+        in one request where :attr:`reads_tails`, else a HEAD and a ranged GET."""
+        if not self.reads_tails:
+            info = await self.head(key)
+            return info, await self.get_range(key, max(0, info.size - n), info.size)
+        got: tuple[ObjectInfo, bytes] = await self._call(
+            key,
+            lambda: self.raw.get_tail(key, n),  # type: ignore[attr-defined]
+        )
+        return got
+
     async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
         token: str | None = None
         while True:

@@ -40,6 +40,7 @@ from astream.storage.common import (
     join_key,
     range_header,
     split_bucket,
+    total_size,
 )
 
 __all__ = ["S3Backend"]
@@ -210,6 +211,27 @@ class S3Backend:
                 yield chunk
         finally:
             body.close()
+
+    async def get_tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
+        """The last ``n`` bytes of ``key`` and its identity, in one suffix-range GET (no HEAD)."""
+        client = await self._get_client()
+        try:
+            resp = await client.get_object(
+                Bucket=self.bucket, Key=self._key(key), Range=f"bytes=-{n}"
+            )
+            body = resp["Body"]
+            try:
+                data: bytes = await body.read()
+            finally:
+                body.close()
+        except botocore.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "InvalidRange":
+                return ObjectInfo(key, 0, None), b""  # an empty object
+            raise self._map(exc, key) from exc
+        except self._TRANSIENT as exc:
+            raise self._map(exc, key) from exc
+        size = total_size(resp.get("ContentRange"), len(data))
+        return ObjectInfo(key, size, resp.get("ETag")), data
 
     async def head(self, key: str) -> ObjectInfo:
         client = await self._get_client()

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from astream import Stream, StreamingDataset
+from astream.core.parquet import INDEX_NAME
 from astream.errors import FormatError
 from astream.runtime.parquet_index import _list_all
 from astream.storage import open_store
@@ -142,3 +143,52 @@ def test_split_listing_request_count_and_changed_file_on_warm_start(
     upload_key(os.path.join(root, names[10]), url, names[10])
     with pytest.raises(FormatError, match="changed since its Parquet index was built"):
         build()
+
+
+@pytest.mark.parametrize("backend", ["s3", "http"])
+def test_explicit_files_cost_one_get_each_and_no_head(
+    backend: str, tmp_path: Any, request: pytest.FixtureRequest, make_proxy: Any
+) -> None:
+    """``files=[...]``: no listing to give sizes, so an unknown file is read by one
+    suffix-range GET that also gives its size and identity (no HEAD); a warm start HEADs each
+    file (its identity) and reads no footer."""
+    names = [f"f{i}.parquet" for i in range(4)]
+    if backend == "s3":
+        bucket = request.getfixturevalue("s3_bucket")
+        root = str(tmp_path / "t")
+        _write(root, names)
+        url = f"{bucket}/files-{uuid.uuid4().hex[:8]}"
+        upload(root, url)
+        proxy = make_proxy(request.getfixturevalue("s3_server").url)
+        opts: dict[str, Any] = {"endpoint_url": proxy.url}
+        remote = url
+    else:
+        http_root = request.getfixturevalue("http_root")
+        sub = f"files-{uuid.uuid4().hex[:8]}"
+        _write(os.path.join(http_root, sub), names)
+        proxy = make_proxy(request.getfixturevalue("http_server").url)
+        opts = {}
+        remote = f"{proxy.url}/{sub}"
+    local = str(tmp_path / "c")
+
+    def build() -> StreamingDataset:
+        return StreamingDataset(
+            streams=[Stream(remote=remote, local=local, format="parquet", files=names)],
+            batch_size=2,
+            storage_options=opts,
+        )
+
+    proxy.reset_stats()
+    ds = build()
+    # one suffix-range GET per file, no HEAD; plus one look for a published index (no
+    # listing tells whether there is one)
+    assert dict(proxy.stats.methods) == {"GET": 5}
+    tails = sorted(h for p, h in proxy.stats.ranges if p.endswith(".parquet"))
+    assert tails == ["bytes=-65536"] * 4
+    assert [p for p, _ in proxy.stats.ranges if p.endswith("/" + INDEX_NAME)] != []
+    assert sorted(int(s["x"]) for s in ds) == sorted(
+        [i for i in range(4)] + [i + 1 for i in range(4)]
+    )
+    proxy.reset_stats()
+    build()
+    assert dict(proxy.stats.methods) == {"HEAD": 4}
