@@ -30,14 +30,20 @@ def _same_size_rewrite(root: str, out: str) -> str:
     return path
 
 
-@pytest.mark.parametrize("backend", ["s3", "gcs", "azure", "local"])
+@pytest.mark.parametrize("backend", ["s3", "gcs", "azure", "local", "http"])
 def test_rewrite_while_running_is_a_typed_error(
     backend: str, pq_table: Any, fresh: Any, tmp_path: Any, request: pytest.FixtureRequest
 ) -> None:
     root, _ = pq_table
+    files = None
     if backend == "local":
         url = str(tmp_path / "remote")
         shutil.copytree(root, url)
+    elif backend == "http":  # served from a directory: rewritten there
+        sub = f"rw-{uuid.uuid4().hex[:8]}"
+        shutil.copytree(root, os.path.join(request.getfixturevalue("http_root"), sub))
+        url = f"{request.getfixturevalue('http_server').url}/{sub}"
+        files = sorted(os.listdir(root))
     else:
         bucket = request.getfixturevalue(
             {"s3": "s3_bucket", "gcs": "gcs_bucket", "azure": "azure_container"}[backend]
@@ -46,14 +52,19 @@ def test_rewrite_while_running_is_a_typed_error(
         upload(root, url)
     local = fresh()
     ds = StreamingDataset(
-        streams=[Stream(remote=url, local=local, format="parquet", columns=["label", "tok"])],
+        streams=[
+            Stream(remote=url, local=local, format="parquet", columns=["label", "tok"], files=files)
+        ],
         batch_size=8,
     )
     new = _same_size_rewrite(root, str(tmp_path))
-    if backend == "local":
-        st = os.stat(os.path.join(url, REWRITTEN))
-        shutil.copyfile(new, os.path.join(url, REWRITTEN))
-        os.utime(os.path.join(url, REWRITTEN), ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    if backend in ("local", "http"):
+        path = os.path.join(url, REWRITTEN)
+        if backend == "http":
+            path = os.path.join(request.getfixturevalue("http_root"), sub, REWRITTEN)
+        st = os.stat(path)
+        shutil.copyfile(new, path)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     else:
         upload_key(new, url, REWRITTEN)
     labels: list[int] = []
