@@ -192,3 +192,33 @@ def test_explicit_files_cost_one_get_each_and_no_head(
     proxy.reset_stats()
     build()
     assert dict(proxy.stats.methods) == {"HEAD": 4}
+
+
+@pytest.mark.parametrize("backend", ["s3", "gcs", "azure", "local"])
+def test_get_tail_gives_the_identity_head_gives(
+    backend: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    """A suffix-range read: the last n bytes (all of a shorter object) with the size and
+    identity ``head`` reports (Azure: by a HEAD and a GET)."""
+    if backend == "local":
+        url = str(tmp_path / "r")
+        os.makedirs(url)
+    else:
+        bucket = request.getfixturevalue(
+            {"s3": "s3_bucket", "gcs": "gcs_bucket", "azure": "azure_container"}[backend]
+        )
+        url = f"{bucket}/tail-{uuid.uuid4().hex[:8]}"
+    big = bytes(range(256)) * 300  # 76,800 bytes
+    store = open_store(url)
+
+    async def go() -> None:
+        await store.put("big.bin", big)
+        await store.put("small.bin", b"0123456789")
+        for key, data in (("big.bin", big), ("small.bin", b"0123456789")):
+            info, tail = await store.get_tail(key, 1000)  # type: ignore[attr-defined]
+            head = await store.head(key)
+            assert (info.key, info.size, info.etag) == (key, len(data), head.etag)
+            assert tail == data[-1000:]
+        await store.aclose()
+
+    asyncio.run(go())
