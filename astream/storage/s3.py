@@ -123,12 +123,15 @@ class S3Backend:
         return join_key(self.prefix, key)
 
     async def _get_client(self) -> Any:
-        if self._client is not None and self._pid == os.getpid():
+        pid = os.getpid()
+        if self._client is not None and self._pid == pid:
             return self._client
-        if self._pid != os.getpid():  # a forked child: drop the parent's client untouched
-            self._client, self._stack, self._lock = None, None, None
-        if self._lock is None:
-            self._lock = asyncio.Lock()
+        if self._pid != pid or self._lock is None:
+            # first use, or a forked child (drop the parent's client untouched). The pid is
+            # taken now, not once the client exists: concurrent first calls (a split listing,
+            # concurrent HEADs) then share this lock and one client instead of each resetting
+            # the lock and making its own (and leaking all but the last)
+            self._client, self._stack, self._lock, self._pid = None, None, asyncio.Lock(), pid
         async with self._lock:
             if self._client is None:
                 config = AioConfig(

@@ -222,3 +222,36 @@ def test_get_tail_gives_the_identity_head_gives(
         await store.aclose()
 
     asyncio.run(go())
+
+
+def test_concurrent_first_requests_share_one_s3_client(
+    s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A split listing's ranges are a fresh store's first requests, all at once: they make one
+    SDK client, not one each (every extra one leaked its connection pool)."""
+    import astream.storage.s3 as s3mod
+
+    made: list[int] = []
+    real = s3mod._new_session
+
+    def counting(loader: Any) -> Any:
+        made.append(1)
+        return real(loader)
+
+    monkeypatch.setattr(s3mod, "_new_session", counting)
+    url = f"{s3_bucket}/one-{uuid.uuid4().hex[:8]}"
+    names = _keys(12)
+
+    async def go() -> None:
+        w = open_store(url)
+        for n in names:
+            await w.put(n, b"x")
+        await w.aclose()
+        made.clear()
+        store = open_store(url, list_page_size=4)  # 6 ranges of 2 cached keys
+        got = await _list_all(store, names)
+        await store.aclose()
+        assert [o.key for o in got] == names
+        assert made == [1]
+
+    asyncio.run(go())
