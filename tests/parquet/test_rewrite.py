@@ -43,7 +43,7 @@ def test_rewrite_while_running_is_a_typed_error(
         sub = f"rw-{uuid.uuid4().hex[:8]}"
         shutil.copytree(root, os.path.join(request.getfixturevalue("http_root"), sub))
         url = f"{request.getfixturevalue('http_server').url}/{sub}"
-        files = sorted(os.listdir(root))
+        files = sorted(n for n in os.listdir(root) if n.endswith(".parquet"))
     else:
         bucket = request.getfixturevalue(
             {"s3": "s3_bucket", "gcs": "gcs_bucket", "azure": "azure_container"}[backend]
