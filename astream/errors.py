@@ -14,7 +14,8 @@ one type. The subclasses say *what kind* of thing went wrong, which decides what
 - :class:`StorageError` -- anything from a backend, with ``.url`` and ``.retryable``.
   :class:`ObjectNotFoundError`, :class:`AccessDeniedError` are final;
   :class:`TransientStorageError` (and its :class:`StorageTimeoutError`,
-  :class:`ThrottledError`) are what retries are for.
+  :class:`ThrottledError`) are what retries are for. :class:`ObjectChangedError` -- a
+  conditional read found the object rewritten since it was indexed (never retried).
 - :class:`CacheError` -- the cache limit cannot hold the pinned working set.
 
 Errors are plain picklable exceptions so that they cross the loop-thread bridge and DataLoader
@@ -55,6 +56,7 @@ __all__ = [
     "IndexJSONError",
     "IntegrityError",
     "MissingIndexError",
+    "ObjectChangedError",
     "ObjectNotFoundError",
     "OutputExistsError",
     "StorageError",
@@ -167,6 +169,13 @@ class ObjectNotFoundError(StorageError, FileNotFoundError):
 
 class AccessDeniedError(StorageError, PermissionError):
     """Credentials missing or refused. Never retried."""
+
+    retryable = False
+
+
+class ObjectChangedError(StorageError):
+    """A read conditioned on the object's indexed ETag/generation failed: the object was
+    rewritten since its index was built. Never retried (its bytes would mean other rows)."""
 
     retryable = False
 

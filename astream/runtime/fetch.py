@@ -56,6 +56,8 @@ class RemoteShard:
     keep_zip: bool | None = None  # its stream's; None: the fetcher's
     # a Parquet row group: these [start, end) ranges of raw_key, concatenated, are the file
     ranges: tuple[tuple[int, int], ...] | None = None
+    # the object's indexed identity: every ranged GET is conditional on it (a Parquet row group)
+    etag: str | None = None
 
     def url(self) -> str:
         if self.remote is None:
@@ -294,7 +296,10 @@ class ShardFetcher:
 
             async def part(start: int, end: int, at: int) -> None:
                 async with sem:
-                    data = await store.get_range(key, start, end)
+                    if shard.etag is None:
+                        data = await store.get_range(key, start, end)
+                    else:
+                        data = await store.get_range(key, start, end, etag=shard.etag)
                     self.stats.range_requests += 1
                     if len(data) != end - start:
                         raise FormatError(

@@ -6,15 +6,24 @@ Theory of operation
 explicit list of keys that are HEADed) into an :class:`~astream.core.index.Index` of row-group
 virtual shards (:mod:`astream.core.parquet`):
 
-1. List (or HEAD) the objects: key, size, ETag/generation/mtime tag -- the *identity*.
+1. List the objects (or, for ``files=``, read each unknown one's tail by a suffix-range GET,
+   which also gives its size and identity, and HEAD the known ones): key, size,
+   ETag/generation/mtime tag -- the *identity*. With a cached index and a backend that starts
+   a listing at a key (S3 ``StartAfter``, GCS ``startOffset``), the key space is cut at the
+   cached keys and the ranges are listed concurrently (:func:`_list_all`); other backends
+   list serially.
 2. Known files come from the local cache (``local/.astream/parquet-index.bin``) and from an
    index published next to the data by ``astream index`` (``_astream_parquet_index.bin``, read
-   only when the local cache does not already cover the listing). A listed object whose
-   identity equals a known file's reuses that entry: a warm start reads no footer.
+   only when the local cache does not already cover the listing, and never looked for when the
+   listing does not show it). A listed object whose identity equals a known file's reuses that
+   entry: a warm start reads no footer.
 3. A listed object whose key is known but whose identity differs changed under the index: a
    :class:`FormatError` naming it (its sample ids, and so any checkpoint, would silently mean
    other rows). Unknown objects get their footers read: one ranged GET of the last 64 KiB
-   (a second when the footer is longer), all files concurrently.
+   (a second when the footer is longer), all files concurrently -- no HEAD: the listing gave
+   the size. Reading a row group later is conditional on the indexed identity (see
+   :mod:`astream.runtime.fetch`): a file rewritten while a job runs is an
+   :class:`~astream.errors.ObjectChangedError`.
 4. The local cache is rewritten (atomically) when it gained or lost files.
 
 pyarrow parses the footer Thrift (imported lazily: the ``[parquet]`` extra). A footer that is
@@ -63,6 +72,7 @@ __all__ = ["build_table", "footer_file", "load_parquet", "CACHE_NAME"]
 CACHE_NAME = "parquet-index.bin"  # under local/.astream/
 TAIL = 64 << 10  # bytes read from the end of each object: the footer, in one GET usually
 CONCURRENCY = 64  # footer reads in flight
+LIST_CONCURRENCY = 16  # key ranges listed at once on a warm start (S3, GCS)
 
 
 def _pq() -> Any:
@@ -135,12 +145,16 @@ def footer_file(info: ObjectInfo, meta: bytes, source: str) -> ParquetFile:
     )
 
 
-async def _read_footer(store: ObjectStore, info: ObjectInfo) -> ParquetFile:
+async def _read_footer(
+    store: ObjectStore, info: ObjectInfo, tail: bytes | None = None
+) -> ParquetFile:
+    """``tail``: the object's last ``TAIL`` bytes when already read (with its identity)."""
     url = store.url_for(info.key)
     if info.size < 12:
         raise FormatError(f"{info.size} bytes: too small to be a Parquet file", url)
     n_tail = min(info.size, TAIL)
-    tail = await store.get_range(info.key, info.size - n_tail, info.size)
+    if tail is None:
+        tail = await store.get_range(info.key, info.size - n_tail, info.size)
     if len(tail) != n_tail:
         raise FormatError(f"object shorter than listed ({info.size} bytes)", url)
     if tail[-4:] == b"PARE":
@@ -160,23 +174,61 @@ async def _read_footer(store: ObjectStore, info: ObjectInfo) -> ParquetFile:
     return footer_file(info, meta, url)
 
 
+async def _list_all(store: ObjectStore, known: list[str]) -> list[ObjectInfo]:
+    """Every object under the root. With ``known`` keys (a cached index) and a backend that
+    starts a listing at a key (S3, GCS), the key space is cut at every ``page - 2``-th known
+    key and the ranges are listed concurrently (one page each while nothing was added): every
+    key is still seen, in one range exactly. Other backends list serially."""
+    page = int(getattr(getattr(store, "raw", None), "list_page_size", 0) or 1000)
+    width = max(1, page - 2)
+    if not getattr(store, "lists_from_key", False) or len(known) <= width:
+        return [o async for o in store.list("")]
+    keys = sorted(known)
+    uptos: list[str | None] = list(keys[width - 1 :: width])
+    afters: list[str | None] = [None, *uptos]
+    uptos.append(None)
+    sem = asyncio.Semaphore(LIST_CONCURRENCY)
+
+    async def one(after: str | None, upto: str | None) -> list[ObjectInfo]:
+        async with sem:
+            got: list[ObjectInfo] = await store.list_between("", after, upto)  # type: ignore[attr-defined]
+            return got
+
+    parts = await asyncio.gather(*(one(a, u) for a, u in zip(afters, uptos)))
+    return [o for p in parts for o in p]
+
+
 async def _objects(
-    store: ObjectStore, files: list[str] | None, split: str | None
-) -> list[ObjectInfo]:
+    store: ObjectStore,
+    files: list[str] | None,
+    split: str | None,
+    known: list[str],
+    tails: dict[str, bytes],
+) -> tuple[list[ObjectInfo], bool]:
+    """The table's objects, and whether a published index may exist (False: the listing has
+    none, so no GET is spent looking for it). Tails read on the way land in ``tails``."""
     if files is not None:
+        # a known file is HEADed (its footer is not needed again); an unknown one is read by
+        # one suffix-range GET that also gives its size and identity (Azure: HEAD + GET)
         sem = asyncio.Semaphore(CONCURRENCY)
+        seen = set(known)
+        tail_of = getattr(store, "get_tail", None)
 
-        async def head(k: str) -> ObjectInfo:
+        async def one(k: str) -> ObjectInfo:
             async with sem:
-                return await store.head(k)
+                if k in seen or tail_of is None:
+                    return await store.head(k)
+                got: tuple[ObjectInfo, bytes] = await tail_of(k, TAIL)
+                info, tails[k] = got
+                return info
 
-        return list(await asyncio.gather(*(head(k) for k in files)))
-    listed = {o.key: o async for o in store.list("")}
+        return list(await asyncio.gather(*(one(k) for k in files))), True
+    listed = {o.key: o for o in await _list_all(store, known)}
     keys = select_keys(list(listed), split)
     if not keys:
         where = store.url + (f" (split {split!r})" if split else "")
         raise EmptyDatasetError(f"no *.parquet objects under {where}")
-    return [listed[k] for k in keys]
+    return [listed[k] for k in keys], INDEX_NAME in listed
 
 
 def _read_cached(path: str) -> tuple[ParquetTable, bytes] | None:
@@ -213,11 +265,16 @@ async def build_table(
     use_published: bool = True,
 ) -> tuple[ParquetTable, int]:
     """The table's index and the number of footers read (0 on a warm start)."""
-    infos = await _objects(store, files, split)
     known: dict[str, list[ParquetFile]] = {}
     for f in cached.files if cached is not None else ():
         known.setdefault(f.key, []).append(f)
-    if use_published and any(not any(_same(i, f) for f in known.get(i.key, ())) for i in infos):
+    tails: dict[str, bytes] = {}
+    infos, maybe_published = await _objects(store, files, split, list(known), tails)
+    if (
+        use_published
+        and maybe_published
+        and any(not any(_same(i, f) for f in known.get(i.key, ())) for i in infos)
+    ):
         pub = await _published(store)
         for f in pub.files if pub is not None else ():
             known.setdefault(f.key, []).append(f)
@@ -241,7 +298,11 @@ async def build_table(
 
     async def read(j: int, info: ObjectInfo) -> None:
         async with sem:
-            out[j] = await _read_footer(store, info)
+            tail = tails.get(info.key)
+            if tail is None:
+                out[j] = await _read_footer(store, info)
+            else:
+                out[j] = await _read_footer(store, info, tail)
 
     await asyncio.gather(*(read(j, i) for j, i in todo))
     return ParquetTable(tuple(f for f in out if f is not None)), len(todo)
@@ -260,8 +321,25 @@ async def load_parquet(
     the data directory itself (no remote), whose cache index is best-effort."""
     # pyarrow is imported here even when no footer is read (warm start): DataLoader workers
     # forked from this process then inherit it instead of each importing it (~0.3-1 s a
-    # worker, every epoch) before its first row group
-    _pq()
+    # worker, every epoch) before its first row group. In a thread, while the listing (and
+    # the S3 client's start) wait on the network; a footer parse needing it waits for it.
+    imported = asyncio.ensure_future(asyncio.to_thread(_pq))
+    try:
+        return await _load(store, local, columns=columns, files=files, split=split,
+                           in_place=in_place)  # fmt: skip
+    finally:
+        await imported
+
+
+async def _load(
+    store: ObjectStore,
+    local: str,
+    *,
+    columns: list[str] | None,
+    files: list[str] | None,
+    split: str | None,
+    in_place: bool,
+) -> Index:
     if not in_place:
         bound = read_binding(local)
         if bound is not None and bound.remote != store.url:

@@ -86,6 +86,7 @@ def row_group_remote_shard(
         validate_hash=validate_hash,
         keep_zip=keep_zip,
         ranges=ranges,
+        etag=src.etag,
     )
 
 

@@ -25,13 +25,21 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+from azure.core import MatchConditions
 from azure.core.exceptions import AzureError, HttpResponseError
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.storage.blob.aio import ContainerClient
 
 from astream.errors import ConfigError, StorageError, TransientStorageError
 from astream.storage.base import ObjectInfo
-from astream.storage.common import CHUNK_SIZE, POOL_SIZE, error_for_status, join_key, split_bucket
+from astream.storage.common import (
+    CHUNK_SIZE,
+    POOL_SIZE,
+    changed_error,
+    error_for_status,
+    join_key,
+    split_bucket,
+)
 
 __all__ = ["AZURE_GET_CHUNK", "AzureBackend"]
 
@@ -120,14 +128,21 @@ class AzureBackend:
 
     _ERRORS = (AzureError, aiohttp.ClientError, OSError, asyncio.TimeoutError)
 
-    async def iter_range(self, key: str, start: int, end: int | None) -> AsyncIterator[bytes]:
+    async def iter_range(
+        self, key: str, start: int, end: int | None, etag: str | None = None
+    ) -> AsyncIterator[bytes]:
         blob = self._get().get_blob_client(self._key(key))
         length = None if end is None else end - start
+        cond: dict[str, Any] = {}
+        if etag is not None:
+            cond = {"etag": etag, "match_condition": MatchConditions.IfNotModified}
         try:
-            dl = await blob.download_blob(offset=start, length=length, max_concurrency=1)
+            dl = await blob.download_blob(offset=start, length=length, max_concurrency=1, **cond)
         except HttpResponseError as exc:
             if exc.status_code == 416:
                 return
+            if etag is not None and exc.status_code == 412:
+                raise changed_error(self.url_for(key), etag) from exc
             raise self._map(exc, key) from exc
         except self._ERRORS as exc:
             raise self._map(exc, key) from exc
@@ -137,6 +152,10 @@ class AzureBackend:
                 chunk = await chunks.__anext__()
             except StopAsyncIteration:
                 return
+            except HttpResponseError as exc:
+                if etag is not None and exc.status_code == 412:
+                    raise changed_error(self.url_for(key), etag) from exc
+                raise self._map(exc, key) from exc
             except self._ERRORS as exc:
                 raise self._map(exc, key) from exc
             yield chunk

@@ -24,7 +24,7 @@ class ObjectInfo:
 
     key: str
     size: int
-    etag: str | None = None
+    etag: str | None = None  # the identity: S3/Azure/HTTP ETag, GCS generation, local mtime
 
 
 @runtime_checkable
@@ -40,8 +40,11 @@ class ObjectStore(Protocol):
         """The full URL of ``key`` (for messages), without credentials."""
         ...
 
-    async def get_range(self, key: str, start: int = 0, end: int | None = None) -> bytes:
-        """Bytes ``[start, end)`` of ``key``."""
+    async def get_range(
+        self, key: str, start: int = 0, end: int | None = None, *, etag: str | None = None
+    ) -> bytes:
+        """Bytes ``[start, end)`` of ``key``. With ``etag`` (the identity ``list``/``head``
+        gave), only if the object still has it: else :class:`ObjectChangedError`."""
         ...
 
     async def get_to_file(self, key: str, path: str) -> int:

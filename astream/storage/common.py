@@ -23,6 +23,7 @@ from typing import Protocol
 from astream.errors import (
     AccessDeniedError,
     ConfigError,
+    ObjectChangedError,
     ObjectNotFoundError,
     StorageError,
     ThrottledError,
@@ -34,10 +35,12 @@ __all__ = [
     "CHUNK_SIZE",
     "POOL_SIZE",
     "RawBackend",
+    "changed_error",
     "error_for_status",
     "join_key",
     "range_header",
     "split_bucket",
+    "total_size",
 ]
 
 CHUNK_SIZE = 1 << 20
@@ -55,8 +58,12 @@ class RawBackend(Protocol):
 
     def url_for(self, key: str) -> str: ...
 
-    def iter_range(self, key: str, start: int, end: int | None) -> AsyncIterator[bytes]:
-        """Chunks of bytes ``[start, end)``; nothing when ``start`` is past the end."""
+    def iter_range(
+        self, key: str, start: int, end: int | None, etag: str | None = None
+    ) -> AsyncIterator[bytes]:
+        """Chunks of bytes ``[start, end)``; nothing when ``start`` is past the end. With
+        ``etag`` (what ``list``/``head`` gave as the object's identity), the read is
+        conditional on it and a rewritten object raises :func:`changed_error`."""
         ...
 
     async def head(self, key: str) -> ObjectInfo: ...
@@ -99,6 +106,26 @@ def range_header(start: int, end: int | None) -> str | None:
     if end is None:
         return f"bytes={start}-"
     return f"bytes={start}-{end - 1}"
+
+
+def total_size(content_range: str | None, got: int) -> int:
+    """The object size a suffix-range reply announces (``bytes a-b/total``); ``got`` when the
+    server sent the whole object instead (no ``Content-Range``)."""
+    if content_range:
+        total = content_range.rpartition("/")[2].strip()
+        if total.isdigit():
+            return int(total)
+    return got
+
+
+def changed_error(url: str, etag: str | None) -> ObjectChangedError:
+    """A conditional read's failed precondition: the object is not the one indexed."""
+    return ObjectChangedError(
+        f"changed since the index was built (a read conditioned on etag/generation {etag} "
+        "failed: the object was rewritten); its rows would no longer be the ones the index "
+        "(and any checkpoint) numbers: rebuild the index and clear the cache, or restore it",
+        url,
+    )
 
 
 def error_for_status(status: int, url: str, detail: str = "") -> StorageError:

@@ -25,10 +25,24 @@ from gcloud.aio.storage import Storage
 
 from astream.errors import StorageError
 from astream.storage.base import ObjectInfo
-from astream.storage.common import CHUNK_SIZE, join_key, range_header, split_bucket
+from astream.storage.common import (
+    CHUNK_SIZE,
+    changed_error,
+    join_key,
+    range_header,
+    split_bucket,
+    total_size,
+)
 from astream.storage.http import LazySession, map_aiohttp_error
 
 __all__ = ["GcsBackend"]
+
+
+def _identity(meta: dict[str, Any]) -> str | None:
+    """An object's identity: its generation (a new one on every rewrite; what
+    ``ifGenerationMatch`` conditions a read on), else its ETag."""
+    gen = meta.get("generation")
+    return str(gen) if gen else (meta.get("etag") or meta.get("md5Hash"))
 
 
 class GcsBackend:
@@ -77,47 +91,87 @@ class GcsBackend:
 
     _ERRORS = (aiohttp.ClientError, OSError)
 
-    async def iter_range(self, key: str, start: int, end: int | None) -> AsyncIterator[bytes]:
+    async def iter_range(
+        self, key: str, start: int, end: int | None, etag: str | None = None
+    ) -> AsyncIterator[bytes]:
         rng = range_header(start, end)
         headers = {"Range": rng} if rng else {}
+        params = {"alt": "media"}
+        if etag is not None and etag.isdigit():  # our GCS identity: the generation
+            params["ifGenerationMatch"] = etag
         try:
-            stream = await self._client().download_stream(
-                self.bucket, self._key(key), headers=headers
+            stream = await self._client()._download_stream(
+                self.bucket, self._key(key), headers=headers, params=params
             )
         except aiohttp.ClientResponseError as exc:
             if exc.status == 416:
                 return
+            if etag is not None and exc.status == 412:
+                raise changed_error(self.url_for(key), etag) from exc
             raise self._map(exc, key) from exc
         except self._ERRORS as exc:
             raise self._map(exc, key) from exc
         async with stream as resp:
+            got = resp.headers.get("x-goog-generation")
+            if etag is not None and etag.isdigit() and got is not None and got != etag:
+                # an emulator that ignores ifGenerationMatch still names what it serves
+                raise changed_error(self.url_for(key), etag)
             try:
                 async for chunk in resp.content.iter_chunked(CHUNK_SIZE):
                     yield chunk
             except self._ERRORS as exc:
                 raise self._map(exc, key) from exc
 
+    async def get_tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
+        """The last ``n`` bytes of ``key`` and its identity, in one suffix-range GET (no HEAD)."""
+        try:
+            stream = await self._client()._download_stream(
+                self.bucket, self._key(key), headers={"Range": f"bytes=-{n}"},
+                params={"alt": "media"},
+            )  # fmt: skip
+            async with stream as resp:
+                data: bytes = await resp.content.read()
+                headers = resp.headers
+        except aiohttp.ClientResponseError as exc:
+            if exc.status == 416:
+                return ObjectInfo(key, 0, None), b""
+            raise self._map(exc, key) from exc
+        except self._ERRORS as exc:
+            raise self._map(exc, key) from exc
+        size = total_size(headers.get("Content-Range"), len(data))
+        gen = headers.get("x-goog-generation") or None
+        return ObjectInfo(key, size, gen), data
+
     async def head(self, key: str) -> ObjectInfo:
         try:
             meta = await self._client().download_metadata(self.bucket, self._key(key))
         except self._ERRORS as exc:
             raise self._map(exc, key) from exc
-        return ObjectInfo(key, int(meta["size"]), meta.get("etag") or meta.get("md5Hash"))
+        return ObjectInfo(key, int(meta["size"]), _identity(meta))
 
     async def list_page(
         self, prefix: str, token: str | None
     ) -> tuple[list[ObjectInfo], str | None]:
+        return await self.list_page_after(prefix, None, token)
+
+    async def list_page_after(
+        self, prefix: str, after: str | None, token: str | None
+    ) -> tuple[list[ObjectInfo], str | None]:
+        """A page of the keys under ``prefix`` from the key ``after`` on (``startOffset`` is
+        inclusive: ``after`` itself may come back; the caller drops it)."""
         full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
         params = {"prefix": full, "maxResults": str(self.list_page_size)}
         if token:
             params["pageToken"] = token
+        if after is not None:
+            params["startOffset"] = self._key(after)
         try:
             r: dict[str, Any] = await self._client().list_objects(self.bucket, params=params)
         except self._ERRORS as exc:
             raise self._map(exc, prefix) from exc
         cut = len(self.prefix) + 1 if self.prefix else 0
         items = [
-            ObjectInfo(o["name"][cut:], int(o["size"]), o.get("etag")) for o in r.get("items", [])
+            ObjectInfo(o["name"][cut:], int(o["size"]), _identity(o)) for o in r.get("items", [])
         ]
         items.sort(key=lambda o: o.key)
         return items, r.get("nextPageToken") or None

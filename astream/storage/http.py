@@ -26,7 +26,15 @@ import aiohttp
 
 from astream.errors import StorageError, TransientStorageError
 from astream.storage.base import ObjectInfo
-from astream.storage.common import CHUNK_SIZE, POOL_SIZE, error_for_status, join_key, range_header
+from astream.storage.common import (
+    CHUNK_SIZE,
+    POOL_SIZE,
+    changed_error,
+    error_for_status,
+    join_key,
+    range_header,
+    total_size,
+)
 
 __all__ = ["HttpBackend", "LazySession", "map_aiohttp_error"]
 
@@ -106,14 +114,23 @@ class HttpBackend:
     def url_for(self, key: str) -> str:
         return f"{self._url}/{join_key('', key)}" if key else self._url
 
-    async def iter_range(self, key: str, start: int, end: int | None) -> AsyncIterator[bytes]:
+    async def iter_range(
+        self, key: str, start: int, end: int | None, etag: str | None = None
+    ) -> AsyncIterator[bytes]:
         url = self.url_for(key)
         rng = range_header(start, end)
         headers = {"Range": rng} if rng else {}
+        if etag is not None and not etag.startswith("W/"):  # If-Match compares strongly
+            headers["If-Match"] = etag
         try:
             async with self._session.get().get(url, headers=headers) as resp:
                 if resp.status == 416:
                     return
+                if etag is not None and resp.status == 412:
+                    raise changed_error(url, etag)
+                got = resp.headers.get("ETag")
+                if etag is not None and resp.status < 300 and got is not None and got != etag:
+                    raise changed_error(url, etag)  # a server that ignores If-Match
                 if resp.status >= 400:
                     raise error_for_status(resp.status, url, resp.reason or "")
                 if rng is not None and resp.status == 200:
@@ -131,6 +148,24 @@ class HttpBackend:
                     yield chunk
         except aiohttp.ClientError as exc:
             raise map_aiohttp_error(exc, url) from exc
+
+    async def get_tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
+        """The last ``n`` bytes of ``key`` and its ETag, in one suffix-range GET (no HEAD)."""
+        url = self.url_for(key)
+        try:
+            async with self._session.get().get(url, headers={"Range": f"bytes=-{n}"}) as resp:
+                if resp.status == 416:
+                    return ObjectInfo(key, 0, None), b""
+                if resp.status >= 400:
+                    raise error_for_status(resp.status, url, resp.reason or "")
+                data = await resp.read()
+                cr = resp.headers.get("Content-Range") if resp.status == 206 else None
+                info = ObjectInfo(key, total_size(cr, len(data)), resp.headers.get("ETag"))
+        except aiohttp.ClientError as exc:
+            raise map_aiohttp_error(exc, url) from exc
+        if resp.status == 200 and len(data) > n:  # the server ignored Range: keep the tail
+            data = data[-n:]
+        return info, data
 
     async def head(self, key: str) -> ObjectInfo:
         url = self.url_for(key)

@@ -21,9 +21,14 @@ from urllib.parse import unquote, urlparse
 
 from astream.errors import AccessDeniedError, ObjectNotFoundError, StorageError
 from astream.storage.base import ObjectInfo
-from astream.storage.common import CHUNK_SIZE, join_key
+from astream.storage.common import CHUNK_SIZE, changed_error, join_key
 
 __all__ = ["LocalBackend", "root_from_url"]
+
+
+def _tag(st: os.stat_result) -> str:
+    """A file's identity: its mtime and size."""
+    return f"{st.st_mtime_ns:x}-{st.st_size:x}"
 
 
 def root_from_url(url: str) -> str:
@@ -63,9 +68,27 @@ class LocalBackend:
             f.seek(start)
             return f.read() if n is None else f.read(n)
 
-    async def iter_range(self, key: str, start: int, end: int | None) -> AsyncIterator[bytes]:
+    async def _check(self, key: str, etag: str) -> None:
+        try:
+            st = await asyncio.to_thread(os.stat, self._path(key))
+        except OSError as exc:
+            raise self._map(exc, key) from exc
+        if _tag(st) != etag:
+            raise changed_error(self._path(key), etag)
+
+    async def iter_range(
+        self, key: str, start: int, end: int | None, etag: str | None = None
+    ) -> AsyncIterator[bytes]:
         path = self._path(key)
         pos = start
+        if etag is not None:  # no conditional read on a file: its tag before and after
+            await self._check(key, etag)
+        async for chunk in self._iter(path, key, pos, end):
+            yield chunk
+        if etag is not None:
+            await self._check(key, etag)
+
+    async def _iter(self, path: str, key: str, pos: int, end: int | None) -> AsyncIterator[bytes]:
         while end is None or pos < end:
             n = CHUNK_SIZE * 4 if end is None else min(CHUNK_SIZE * 4, end - pos)
             try:
@@ -88,6 +111,19 @@ class LocalBackend:
             raise self._map(exc, key) from exc
         return os.path.getsize(path)
 
+    def _tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
+        with open(self._path(key), "rb") as f:
+            st = os.fstat(f.fileno())
+            f.seek(max(0, st.st_size - n))
+            return ObjectInfo(key, st.st_size, _tag(st)), f.read(n)
+
+    async def get_tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
+        """The last ``n`` bytes of ``key`` and its identity, from one open file."""
+        try:
+            return await asyncio.to_thread(self._tail, key, n)
+        except OSError as exc:
+            raise self._map(exc, key) from exc
+
     async def head(self, key: str) -> ObjectInfo:
         path = self._path(key)
         try:
@@ -96,7 +132,7 @@ class LocalBackend:
             raise self._map(exc, key) from exc
         if not os.path.isfile(path):
             raise self._map(IsADirectoryError(21, "Is a directory"), key)
-        return ObjectInfo(key, st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}")
+        return ObjectInfo(key, st.st_size, _tag(st))
 
     def _walk(self, prefix: str) -> list[ObjectInfo]:
         out: list[ObjectInfo] = []
@@ -108,7 +144,7 @@ class LocalBackend:
                 key = rel_dir + name
                 if key.startswith(prefix) and ".astream-tmp" not in name:
                     st = os.stat(os.path.join(dirpath, name))  # the etag as head() makes it
-                    out.append(ObjectInfo(key, st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}"))
+                    out.append(ObjectInfo(key, st.st_size, _tag(st)))
         out.sort(key=lambda o: o.key)
         return out
 

@@ -53,6 +53,7 @@ _TRUNCATED = ("body cut short", "IncompleteRead", "ResponseStreamingError", "Con
 
 T = TypeVar("T")
 _Page = tuple[list[ObjectInfo], str | None]
+_Objects = list[ObjectInfo]
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,12 @@ class RetryingStore:
                 self.causes[retry_cause(err)] += 1
 
     async def _stream(
-        self, key: str, start: int, end: int | None, sink: Callable[[bytes], object]
+        self,
+        key: str,
+        start: int,
+        end: int | None,
+        sink: Callable[[bytes], object],
+        etag: str | None = None,
     ) -> int:
         """Feed bytes ``[start, end)`` to ``sink``, resuming after truncation; return count."""
         budget = _Budget(self.policy, self.raw.url_for(key))
@@ -193,7 +199,11 @@ class RetryingStore:
             timeout = budget.request_timeout()
             try:
                 async with asyncio.timeout(timeout) as cm:
-                    it = self.raw.iter_range(key, start + got, end)
+                    it = (
+                        self.raw.iter_range(key, start + got, end)
+                        if etag is None
+                        else self.raw.iter_range(key, start + got, end, etag)
+                    )
                     try:
                         async for chunk in it:
                             sink(chunk)
@@ -208,13 +218,15 @@ class RetryingStore:
                 self.retries += 1
                 self.causes[retry_cause(err)] += 1
 
-    async def get_range(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+    async def get_range(
+        self, key: str, start: int = 0, end: int | None = None, *, etag: str | None = None
+    ) -> bytes:
         if start < 0 or (end is not None and end < start):
             raise ConfigError(f"get_range({key!r}): bad range start={start} end={end}")
         if end is not None and end == start:
             return b""
         parts: list[bytes] = []
-        await self._stream(key, start, end, parts.append)
+        await self._stream(key, start, end, parts.append, etag)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def get_to_file(self, key: str, path: str) -> int:
@@ -228,6 +240,23 @@ class RetryingStore:
     async def head(self, key: str) -> ObjectInfo:
         return await self._call(key, lambda: self.raw.head(key))
 
+    @property
+    def reads_tails(self) -> bool:
+        """Whether :meth:`get_tail` works here (not Azure: its SDK has no suffix range)."""
+        return hasattr(self.raw, "get_tail")
+
+    async def get_tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
+        """The last ``n`` bytes of ``key`` (all of it when shorter) and its size and identity,
+        in one request where :attr:`reads_tails`, else a HEAD and a ranged GET."""
+        if not self.reads_tails:
+            info = await self.head(key)
+            return info, await self.get_range(key, max(0, info.size - n), info.size)
+        got: tuple[ObjectInfo, bytes] = await self._call(
+            key,
+            lambda: self.raw.get_tail(key, n),  # type: ignore[attr-defined]
+        )
+        return got
+
     async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
         token: str | None = None
         while True:
@@ -236,6 +265,33 @@ class RetryingStore:
                 yield item
             if token is None:
                 return
+
+    @property
+    def lists_from_key(self) -> bool:
+        """Whether the backend can start a listing at a key (S3 ``StartAfter``, GCS
+        ``startOffset``), so that :meth:`list_between` ranges can run concurrently."""
+        return hasattr(self.raw, "list_page_after")
+
+    async def list_between(self, prefix: str, after: str | None, upto: str | None) -> _Objects:
+        """The objects under ``prefix`` whose key ``k`` has ``after < k <= upto`` (``None``:
+        unbounded), in key order. Only for backends where :attr:`lists_from_key`."""
+        raw = self.raw
+        out: _Objects = []
+        token: str | None = None
+        while True:
+
+            def page(t: str | None = token) -> Awaitable[_Page]:
+                return raw.list_page_after(prefix, after, t)  # type: ignore[attr-defined,no-any-return]
+
+            items, token = await self._call(prefix, page)
+            for item in items:
+                if after is not None and item.key <= after:
+                    continue
+                if upto is not None and item.key > upto:
+                    return out
+                out.append(item)
+            if token is None:
+                return out
 
     def _page(self, prefix: str, token: str | None) -> Callable[[], Awaitable[_Page]]:
         return lambda: self.raw.list_page(prefix, token)

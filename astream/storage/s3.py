@@ -41,10 +41,12 @@ from astream.storage.base import ObjectInfo
 from astream.storage.common import (
     CHUNK_SIZE,
     POOL_SIZE,
+    changed_error,
     error_for_status,
     join_key,
     range_header,
     split_bucket,
+    total_size,
 )
 
 __all__ = ["S3Backend"]
@@ -207,12 +209,15 @@ class S3Backend:
         return join_key(self.prefix, key)
 
     async def _get_client(self) -> Any:
-        if self._client is not None and self._pid == os.getpid():
+        pid = os.getpid()
+        if self._client is not None and self._pid == pid:
             return self._client
-        if self._pid != os.getpid():  # a forked child: drop the parent's client untouched
-            self._client, self._stack, self._lock = None, None, None
-        if self._lock is None:
-            self._lock = asyncio.Lock()
+        if self._pid != pid or self._lock is None:
+            # first use, or a forked child (drop the parent's client untouched). The pid is
+            # taken now, not once the client exists: concurrent first calls (a split listing,
+            # concurrent HEADs) then share this lock and one client instead of each resetting
+            # the lock and making its own (and leaking all but the last)
+            self._client, self._stack, self._lock, self._pid = None, None, asyncio.Lock(), pid
         async with self._lock:
             if self._client is None:
                 config = AioConfig(
@@ -262,18 +267,24 @@ class S3Backend:
         asyncio.TimeoutError,
     )
 
-    async def iter_range(self, key: str, start: int, end: int | None) -> AsyncIterator[bytes]:
+    async def iter_range(
+        self, key: str, start: int, end: int | None, etag: str | None = None
+    ) -> AsyncIterator[bytes]:
         client = await self._get_client()
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key)}
         rng = range_header(start, end)
         if rng:
             kwargs["Range"] = rng
+        if etag is not None:
+            kwargs["IfMatch"] = etag
         try:
             resp = await client.get_object(**kwargs)
         except botocore.exceptions.ClientError as exc:
             code = exc.response.get("Error", {}).get("Code")
             if code == "InvalidRange":
                 return
+            if etag is not None and (code in ("PreconditionFailed", "412")):
+                raise changed_error(self.url_for(key), etag) from exc
             raise self._map(exc, key) from exc
         except self._TRANSIENT as exc:
             raise self._map(exc, key) from exc
@@ -290,6 +301,27 @@ class S3Backend:
         finally:
             body.close()
 
+    async def get_tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
+        """The last ``n`` bytes of ``key`` and its identity, in one suffix-range GET (no HEAD)."""
+        client = await self._get_client()
+        try:
+            resp = await client.get_object(
+                Bucket=self.bucket, Key=self._key(key), Range=f"bytes=-{n}"
+            )
+            body = resp["Body"]
+            try:
+                data: bytes = await body.read()
+            finally:
+                body.close()
+        except botocore.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "InvalidRange":
+                return ObjectInfo(key, 0, None), b""  # an empty object
+            raise self._map(exc, key) from exc
+        except self._TRANSIENT as exc:
+            raise self._map(exc, key) from exc
+        size = total_size(resp.get("ContentRange"), len(data))
+        return ObjectInfo(key, size, resp.get("ETag")), data
+
     async def head(self, key: str) -> ObjectInfo:
         client = await self._get_client()
         try:
@@ -301,6 +333,13 @@ class S3Backend:
     async def list_page(
         self, prefix: str, token: str | None
     ) -> tuple[list[ObjectInfo], str | None]:
+        return await self.list_page_after(prefix, None, token)
+
+    async def list_page_after(
+        self, prefix: str, after: str | None, token: str | None
+    ) -> tuple[list[ObjectInfo], str | None]:
+        """A page of the keys under ``prefix`` that sort after the key ``after``
+        (``StartAfter``): a listing split into key ranges runs them concurrently."""
         client = await self._get_client()
         full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
         kwargs: dict[str, Any] = {
@@ -310,6 +349,8 @@ class S3Backend:
         }
         if token:
             kwargs["ContinuationToken"] = token
+        elif after is not None:
+            kwargs["StartAfter"] = self._key(after)
         try:
             r = await client.list_objects_v2(**kwargs)
         except self._TRANSIENT as exc:
