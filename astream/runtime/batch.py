@@ -58,6 +58,7 @@ class BatchLayouts:
         self.max_shards = max_shards
         self._by_key: dict[tuple[Any, ...], RowStore] = {}
         self._by_shard: dict[int, tuple[tuple[Any, ...], RowStore]] = {}
+        self.row_groups: set[int] = set()  # the Parquet shards among those seen by store()
         self._mds_orders: dict[tuple[Any, ...], list[str]] | None = None
 
     def _in_mds_order(self, specs: list[ColumnSpec]) -> list[ColumnSpec]:
@@ -100,6 +101,7 @@ class BatchLayouts:
         e = self.catalog.entries[s]
         if e.format == "parquet":
             specs = self._in_mds_order(_parquet_specs(e, self.catalog.shards[s].url()))
+            self.row_groups.add(s)
         elif e.format != "mds":
             raise ConfigError(
                 f"batch output reads MDS shards only (and Parquet row groups); "
@@ -164,7 +166,7 @@ def locate_batch(
                 "(iterate samples, or mix streams with the same columns)"
             )
         h = open_shard(s)
-        if layouts.catalog.entries[s].format == "parquet":  # a row group: its decoded image
+        if s in layouts.row_groups:  # a Parquet row group: its decoded image
             buf, base = _locate_row_group(h, s, store, layouts)
             pq = True
         else:
