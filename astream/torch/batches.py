@@ -17,14 +17,13 @@ are those of the wrapped dataset: the view holds it and runs its iteration machi
 from __future__ import annotations
 
 import os
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
 from torch.utils.data import IterableDataset
 
 from astream.placement import dataloader_worker as _worker
-from astream.torch.shm import WorkerRing, forget_group, new_group
+from astream.torch.shm import RingOwner, WorkerRing
 
 __all__ = ["BatchDataset", "RingView", "identity"]
 
@@ -34,10 +33,9 @@ def identity(x: Any) -> Any:
     return x
 
 
-class RingView(IterableDataset):  # type: ignore[type-arg]
+class RingView(RingOwner, IterableDataset):  # type: ignore[type-arg]
     """What the batch views share: in a DataLoader worker with ``shared_memory``, batches are
-    built in that worker's ring of ``ring`` slots (made in the worker, never pickled); the
-    main process's maps of the slots die with the view."""
+    built in that worker's ring of ``ring`` slots (:class:`~astream.torch.shm.RingOwner`)."""
 
     def _init_ring(self, shared_memory: bool, ring: int) -> None:
         from astream.errors import ConfigError
@@ -45,15 +43,7 @@ class RingView(IterableDataset):  # type: ignore[type-arg]
         if isinstance(ring, bool) or not isinstance(ring, int) or ring < 1:
             raise ConfigError(f"ring must be an int >= 1, got {ring!r}")
         self.shared_memory = bool(shared_memory)
-        self.ring = ring
-        self.group = new_group()
-        self._ring: WorkerRing | None = None
-        weakref.finalize(self, forget_group, self.group)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_ring"] = None
-        return state
+        self._own_ring(ring)
 
 
 class BatchDataset(RingView):

@@ -46,7 +46,7 @@ import torch
 from astream.core.batchdecode import ColumnBatch
 from astream.placement import dataloader_worker as _worker
 
-__all__ = ["RingCollate", "SlotBatch", "TreeBatch", "WorkerRing", "mapped_slots"]
+__all__ = ["RingCollate", "RingOwner", "SlotBatch", "TreeBatch", "WorkerRing", "mapped_slots"]
 
 _HEAD = 64
 _ALIGN = 64
@@ -301,14 +301,12 @@ class TreeBatch:
         return _rebuild_tree, (owner, s.id, s.capacity, s.oneoff, fd, retired, self.seq, self.tree)
 
 
-class RingCollate:
-    """A DataLoader ``collate_fn`` around the user's: in a worker, the collated batch's
-    tensors are copied into the worker's ring and the handle is what the DataLoader pickles
-    (one small message per batch; the slot's descriptor crosses once). In the main process
-    (``num_workers=0``) it is the user's collate unchanged."""
+class RingOwner:
+    """What owns a worker's ring of ``ring`` slots (a batch view, a collate wrapper): the ring
+    is made in the worker on first use and never pickled; the main process's maps of its
+    slots die with the owner."""
 
-    def __init__(self, collate: Any, ring: int = 4) -> None:
-        self.collate = collate
+    def _own_ring(self, ring: int) -> None:
         self.ring = ring
         self.group = new_group()
         self._ring: WorkerRing | None = None
@@ -318,6 +316,17 @@ class RingCollate:
         state = self.__dict__.copy()
         state["_ring"] = None
         return state
+
+
+class RingCollate(RingOwner):
+    """A DataLoader ``collate_fn`` around the user's: in a worker, the collated batch's
+    tensors are copied into the worker's ring and the handle is what the DataLoader pickles
+    (one small message per batch; the slot's descriptor crosses once). In the main process
+    (``num_workers=0``) it is the user's collate unchanged."""
+
+    def __init__(self, collate: Any, ring: int = 4) -> None:
+        self.collate = collate
+        self._own_ring(ring)
 
     def __call__(self, samples: Any) -> Any:
         out = self.collate(samples)
