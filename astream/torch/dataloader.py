@@ -75,7 +75,8 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
     through each worker's ring of shared-memory slots (collated batches: the CPU tensors the
     ``collate_fn`` returns, in plain dicts/lists/tuples, are copied into a slot and a handle
     crosses); ``"torch"``: torch's own pickling (a shared-memory segment per tensor).
-    Packed batches (``pack_to``) always use torch's.
+    With ``pack_to``, stacked batches (``batch_format``) follow ``handover`` the same way;
+    packed sequences collated by a ``collate_fn`` always use torch's pickling.
     """
 
     def __init__(
@@ -97,14 +98,17 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
         self._columns = batch_format is not None
         self._pack: Any = None
         if dataset.pack is not None:  # pack_to: sequences with their cursors (torch/packing.py)
-            if handover == "ring":
+            if handover == "ring" and batch_format is None:
                 raise ConfigError(
-                    "handover='ring' with pack_to: packed batches are handed over by torch's "
-                    "own pickling"
+                    "handover='ring' with pack_to and no batch_format: packed sequences "
+                    "collated by a collate_fn are handed over by torch's own pickling (pass "
+                    "batch_format to stack packed batches in the workers' rings)"
                 )
             from astream.torch.packing import LoaderPack, pack_loader_args
 
-            dataset, kwargs = pack_loader_args(dataset, args, kwargs, batch_format, ragged)
+            dataset, kwargs = pack_loader_args(
+                dataset, args, kwargs, batch_format, ragged, shared_memory=handover != "torch"
+            )
             self._pack, self._columns, args = LoaderPack(), False, ()
         elif batch_format is not None:
             ring = handover != "torch"

@@ -124,10 +124,12 @@ def pack_loader_args(
     kwargs: dict[str, Any],
     batch_format: str | None,
     ragged: str,
+    shared_memory: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """The view and DataLoader arguments of a ``StreamingDataLoader`` over a packing dataset.
     The loader's ``batch_size`` counts sequences; the dataset's (samples per planned batch,
-    the unit dealt to ranks and workers) defaults to it."""
+    the unit dealt to ranks and workers) defaults to it. ``shared_memory``: stacked batches
+    (``batch_format``) cross from workers through their rings, else by torch's pickling."""
     if args:
         raise ConfigError(
             "StreamingDataLoader over a packing dataset (pack_to=): pass the DataLoader's "
@@ -162,7 +164,7 @@ def pack_loader_args(
     ds._batch_converter(batch_format)  # checks the name
     drop_last = bool(kwargs.pop("drop_last", False))
     kwargs.update(batch_size=None, collate_fn=PackCollate(_identity))
-    return PackView(ds, bs, batch_format, drop_last), kwargs
+    return PackView(ds, bs, batch_format, drop_last, shared_memory=shared_memory), kwargs
 
 
 class LoaderPack:

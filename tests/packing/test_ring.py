@@ -322,3 +322,20 @@ def test_spawn_persistent_set_epoch_unpacked(tokens: Any) -> None:
     assert labels(loader) == want_plain[0] and labels(loader) == want_plain[1]
     loader.set_epoch(5)
     assert labels(loader) == want_plain[2]
+
+
+def test_handover_torch_keeps_packed_batches_out_of_the_ring(tokens: Any) -> None:
+    """StreamingDataLoader(pack_to dataset, batch_format=..., handover="torch"): the stacked
+    batches cross by torch's pickling (no ring slot is mapped here), with the ring's values."""
+    path, _ = tokens
+    gc.collect()
+    want = run(StreamingDataLoader(make(path, 24, bs=5), batch_size=5, num_workers=2,
+                                   batch_format="torch"))  # fmt: skip
+    gc.collect()
+    assert shm.mapped_slots() == 0
+    got = []
+    for b in StreamingDataLoader(make(path, 24, bs=5), batch_size=5, num_workers=2,
+                                 batch_format="torch", handover="torch"):  # fmt: skip
+        assert shm.mapped_slots() == 0
+        got.append(b)
+    assert same(got, want)
