@@ -232,7 +232,7 @@ class Engine:
         stats = parts.stats
         opener = self._opener(parts.space, stats)
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
-        if self.range_first_batches:
+        if self._may_range():
             pf.hold()  # until the first batch's ranges are read (``_ranged``)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
         tracker = self._track(parts.space, la)
@@ -368,7 +368,7 @@ class Engine:
         on_loop = io == "loop"
         loop = asyncio.get_running_loop() if on_loop else None
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
-        if self.range_first_batches:
+        if self._may_range():
             pf.hold()  # until the first batch's ranges are read (below)
         la = Lookahead(batches, self.catalog, pf, self.ahead)
         tracker = self._track(parts.space, la)
@@ -549,6 +549,24 @@ class Engine:
         return offsets, len(head)
 
     # -- the start of an iteration: first samples by range while whole shards download ---------
+    def _may_range(self) -> bool:
+        """Whether this iteration may read a shard by ranges at all (see :meth:`_range_wants`):
+        some stream has a remote and a shard of at least ``range_min_bytes``. Only then are its
+        downloads held for the first batch's ranges; otherwise holding them would only change
+        when they start."""
+        if not self.range_first_batches:
+            return False
+        cat = self.catalog
+        for i, src in enumerate(cat.sources):
+            first, end = int(cat.shard_first[i]), int(cat.shard_first[i + 1])
+            if (
+                end > first
+                and cat.shards[first].remote is not None
+                and int(src.index.table.raw_bytes.max()) >= self.range_min_bytes
+            ):
+                return True
+        return False
+
     def _range_wants(
         self, groups: Groups, la: Lookahead, opener: ShardOpener
     ) -> list[tuple[int, list[int]]]:
