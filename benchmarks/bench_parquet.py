@@ -51,13 +51,14 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.sides import side_result
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "pqbench"
@@ -410,23 +411,14 @@ def main() -> int:
     def run(side: str, spec: dict[str, Any]) -> dict[str, Any]:
         spec = {"side": side, "seed": a.seed, "batch": a.batch, "workers": a.workers, **spec}
         cmd = [python[side], "-m", "benchmarks.bench_parquet", "--side", json.dumps(spec)]
-        try:
-            p = subprocess.run(
-                cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=a.timeout
-            )
-        except subprocess.TimeoutExpired:
-            return {"status": "error", "reason": f"timeout after {a.timeout:.0f} s"}
-        for line in reversed(p.stdout.splitlines()):
-            if line.startswith("RESULT "):
-                r: dict[str, Any] = json.loads(line[7:])
-                if r["status"] != "ok":  # the whole stderr kept beside the results
-                    errs = a.out / "errors"
-                    errs.mkdir(exist_ok=True)
-                    name = f"{side}-{spec.get('remote', '').rsplit('/', 1)[-1]}-{time.time():.0f}"
-                    (errs / f"{name}.txt").write_text(p.stderr)
-                    log(f"{side} failed: {p.stderr[-1500:]}")
-                return r
-        return {"status": "error", "reason": f"exit {p.returncode}: {p.stderr[-500:]}"}
+        r, stderr = side_result(cmd, env, a.timeout)
+        if r["status"] != "ok" and stderr:  # the whole stderr kept beside the results
+            errs = a.out / "errors"
+            errs.mkdir(exist_ok=True)
+            name = f"{side}-{spec.get('remote', '').rsplit('/', 1)[-1]}-{time.time():.0f}"
+            (errs / f"{name}.txt").write_text(stderr)
+            log(f"{side} failed: {stderr[-1500:]}")
+        return r
 
     with S3Emulator() as s3:
         env.update(S3_ENDPOINT_URL=s3.endpoint, AWS_ENDPOINT_URL=s3.endpoint)

@@ -28,11 +28,12 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.sides import side_result
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "bench-pqix"
@@ -170,19 +171,10 @@ def main() -> int:
     def run(side: str, spec: dict[str, Any]) -> dict[str, Any]:
         cmd = [sys.executable, "-m", "benchmarks.bench_parquet_index", "--side"]
         cmd.append(json.dumps({"side": side, **spec}))
-        try:
-            p = subprocess.run(
-                cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=a.timeout
-            )
-        except subprocess.TimeoutExpired:
-            return {"status": "error", "reason": f"timeout after {a.timeout:.0f} s"}
-        for line in reversed(p.stdout.splitlines()):
-            if line.startswith("RESULT "):
-                r: dict[str, Any] = json.loads(line[7:])
-                if r["status"] != "ok":
-                    log(f"{side} failed: {p.stderr[-1500:]}")
-                return r
-        return {"status": "error", "reason": f"exit {p.returncode}: {p.stderr[-500:]}"}
+        r, stderr = side_result(cmd, env, a.timeout)
+        if r["status"] != "ok" and stderr:
+            log(f"{side} failed: {stderr[-1500:]}")
+        return r
 
     records: list[dict[str, Any]] = []
     with S3Emulator() as s3:
