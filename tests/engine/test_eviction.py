@@ -125,10 +125,11 @@ def evict_src(tmp_path_factory: pytest.TempPathFactory, s3_bucket: str) -> tuple
 
 @pytest.mark.parametrize(
     "shards",
-    # tight; half the dataset. Both slow for now: since the collated batches' ring hand-over
-    # was merged (2026-12-02), the 6-shard case's LRU epoch lands one shard (~10%) above the
-    # plan in about a third of runs (0 of 9 runs before; cause not found): a known defect,
-    # kept out of the default run until it is understood, never loosened
+    # tight; half the dataset. Both slow: the 6-shard case's LRU epoch lands one shard
+    # (+10.1%, just past the 10% allowed) above the plan in about 1 run of 8, at 4dba63b as
+    # now (interleaved, 8 runs each, 2026-12-02): with 4 consumers racing, which shard is least
+    # recently used depends on their interleaving, which the plan fixes. It failed a CI run, so
+    # it runs with ASTREAM_SLOW=1 until the plan models that spread; its bounds are unchanged
     [pytest.param(6, marks=pytest.mark.slow), pytest.param(21, marks=pytest.mark.slow)],
 )
 def test_downloads_match_the_plan_and_beat_lru(
