@@ -34,7 +34,17 @@ each physical node and each epoch:
    evictions, high-water mark, occupancy per step. The cache carries over between epochs. In
    the exact model a shard read at step ``u`` stays pinned over the next ``workers - 1`` steps
    (each DataLoader worker pins the batch it decodes; the workers decode consecutive steps at
-   once); when only pinned shards are left, the oldest pin is waited for and evicted.
+   once); when only pinned shards are left, the pin of the first of them in victim order is
+   waited for and that shard evicted (as ``CacheSpace._evict`` does).
+   *Interleavings* (``interleavings=N``, exact model, with a ``cache_limit``): that replay is
+   one fixed interleaving of the node's consumers, without their prefetchers; the real ones
+   race, and a prefetch into free room can cost a demand read an eviction (under LRU of the
+   unread prefetched shard, downloaded again later). Each epoch is replayed ``N`` more times
+   under seeded interleavings (:func:`timed_reads`: per consumer a start offset of up to
+   ``workers x 2`` steps, each read at a random point of its step, a prefetch try that takes
+   free room only ``lookahead`` steps before each read; :meth:`CacheReplay.epoch_timed`), each
+   with its own cache across epochs; ``bytes_range``/``downloads_range`` are (min, median,
+   max) over those and the fixed replay.
 3. **Time** (with ``bandwidth_mbps``): the node's link moves the bytes at the bandwidth.
    *Opening*: every consumer starts at once, asking for its first batch and announcing its
    prefetch window (``lookahead`` steps: ``predownload`` samples per worker), so the downloads
@@ -45,8 +55,10 @@ each physical node and each epoch:
    transfer; downloads of step ``u`` start when the consumer is ``lookahead`` steps before
    ``u``; step ``u`` starts when the previous step has run ``step_ms`` and its shards are in.
    The stall share is the time later steps waited for data over the epoch's time (which
-   starts with the first batch's wait). A model: process start-up, decode time and the
-   DataLoader's hand-off are not in it.
+   starts with the first batch's wait). How the opening really shares the link is a race
+   (a worker that starts late leaves step 0's downloads alone on it), so
+   ``first_batch_alone_s`` gives the other end: one latency plus step 0's bytes alone. A
+   model: process start-up, decode time and the DataLoader's hand-off are not in it.
 4. **Quality** (:mod:`astream.core.quality`) of rank 0's first ``quality_samples`` samples
    of epoch 0: distance from index order (0: index order, ~1: a full random permutation) and
    distinct shards per device batch.
@@ -152,6 +164,9 @@ class EpochFigures:
     bytes_range: tuple[int, int, int] | None = None
     downloads_range: tuple[int, int, int] | None = None
     first_batch_s: float | None = None
+    # the first batch if step 0's downloads had the link alone (no peer's prefetch sharing
+    # it): the low end of the first batch over the interleavings (module docstring, 3)
+    first_batch_alone_s: float | None = None
     stall_share: float | None = None
     bytes_by_step: I64 = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
     occupancy_by_step: I64 = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
@@ -613,6 +628,8 @@ def _replay_epoch(
             fig.first_batch_s, fig.stall_share = _timeline(
                 fig.bytes_by_step, bw, latency, step, lookahead, limit, opening
             )
+            head = int(fig.bytes_by_step[0]) if len(fig.bytes_by_step) else 0
+            fig.first_batch_alone_s = latency + head / bw if head else 0.0
         for q in members:
             state[q] = replay
             out.append(_copy_for(fig, q))

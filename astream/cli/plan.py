@@ -329,7 +329,8 @@ def format_table(results: Sequence[Any], timed: bool) -> str:
 
 def figures_json(results: Sequence[Any], args: dict[str, Any]) -> dict[str, Any]:
     keys = ("downloads", "bytes", "distinct_shards", "redownloads", "evictions", "high_water",
-            "overcommit", "steps", "first_batch_s", "stall_share", "bytes_range",
+            "overcommit", "steps", "first_batch_s", "first_batch_alone_s", "stall_share",
+            "bytes_range",
             "downloads_range")  # fmt: skip
     return {
         "args": {k: v for k, v in args.items() if k != "func"},

@@ -124,3 +124,12 @@ def test_cli_shows_the_range(capsys: Any) -> None:
     assert all(re.search(r"\d KiB-[\d.]+ KiB", row) for row in rows if row.startswith("astream"))
     assert main([*args, "--interleavings", "0"]) == 0
     assert "BYTES RANGE" not in capsys.readouterr().out
+
+
+def test_first_batch_alone_is_step_zero_on_the_link() -> None:
+    # 1,000 B shards, 100 kB/s (0.8 Mb/s), 20 ms latency: step 0's bytes alone, and the opening
+    # (every worker's first window sharing the link) no faster than that
+    (r,) = _plan(cache_policy="next_use", bandwidth_mbps=0.8, latency_ms=20, epochs=1)
+    f = r.epochs[0]
+    assert f.first_batch_alone_s == pytest.approx(0.02 + int(f.bytes_by_step[0]) / 100_000)
+    assert f.first_batch_s is not None and f.first_batch_alone_s < f.first_batch_s
