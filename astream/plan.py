@@ -122,7 +122,7 @@ EXACT_OVERCOMMIT = (
 PIN_WAITS = (
     "cache_limit is below the shards of the batches the workers decode at once: consumers "
     "wait for each other's pins {:,} times, and which one gets room first depends on timing, "
-    "so real downloads vary from run to run and have measured up to ~1.3x these (docs/plan.md); "
+    "so real downloads vary from run to run and have measured up to ~1.8x these (docs/plan.md); "
     "raise cache_limit"
 )
 RUNS_NO_SPREAD = (

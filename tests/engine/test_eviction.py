@@ -133,8 +133,10 @@ def evict_src(tmp_path_factory: pytest.TempPathFactory, s3_bucket: str) -> tuple
 
 @pytest.mark.parametrize(
     "shards",
-    # tight; half the dataset (slow: it adds ~30 s and checks the same as the tight case)
-    [6, pytest.param(21, marks=pytest.mark.slow)],
+    # tight; half the dataset. Both slow for their cost, not their reliability: four two-rank
+    # launches take 40-90 s on the shared 2-core machine (10 of 10 runs of the tight case
+    # passed against the planned range, 2026-12-02, docs/results/plan_eviction_runs.jsonl)
+    [pytest.param(6, marks=pytest.mark.slow), pytest.param(21, marks=pytest.mark.slow)],
 )
 def test_downloads_match_the_plan_and_beat_lru(
     evict_src: tuple[str, str, int], s3_server: Any, make_proxy: Any, tmp_path: Any, shards: int
