@@ -46,6 +46,9 @@ from astream.errors import ConfigError
 __all__ = ["add_parser", "html_report", "load_streams", "png_report", "run", "svg_chart"]
 
 REF_MAX_SAMPLES = 1 << 27  # default run: the reference orders (O(epoch)) only up to this
+# default --interleavings: 8 up to this many samples per node and epoch, none above (each
+# interleaving is one more exact replay with twice the events: ~6 s each per 1M samples)
+INTERLEAVE_AUTO, INTERLEAVE_AUTO_MAX = 8, 1 << 20
 _STREAM_KEYS = ("remote", "local", "split", "storage_options", "proportion", "repeat", "choose")
 _FLAGS = {  # Python argument names in errors -> this command's flags
     "num_canonical_nodes": "--num-canonical-nodes",
@@ -128,9 +131,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=_positive(int, 0, "an int"), default=9176, help="shuffle_seed")
     p.add_argument("--epoch-size", default=None, help="samples per epoch (e.g. 10m)")
     p.add_argument("--predownload", type=_positive(int, 0, "an int"), default=None)
-    p.add_argument("--interleavings", type=_positive(int, 0, "an int"), default=8,
+    p.add_argument("--interleavings", type=_positive(int, 0, "an int"), default=None,
                    help="with --cache-limit: seeded interleavings of the consumers to replay "
-                   "for the BYTES RANGE column (exact model; 0: none; default 8)")  # fmt: skip
+                   "for the BYTES RANGE column (exact model; 0: none; default 8 up to 2**20 "
+                   "samples per node, else 0)")  # fmt: skip
     p.add_argument("--model", choices=MODELS, default="auto",
                    help="reads model (see docs/plan.md; default: auto)")  # fmt: skip
     p.add_argument("--report", help="write an HTML report with plots to this path")
@@ -229,6 +233,15 @@ def run(args: argparse.Namespace) -> int:
                 "orders cost O(epoch) time and memory (ask for them with --shuffle-algo)"
             )
     policies = args.cache_policy or (["next_use", "lru"] if args.cache_limit else ["next_use"])
+    interleavings = args.interleavings
+    if interleavings is None:
+        per_node = sum(int(s.index.table.samples.sum()) for s in streams) // args.nodes
+        interleavings = INTERLEAVE_AUTO if per_node <= INTERLEAVE_AUTO_MAX else 0
+        if not interleavings and args.cache_limit:
+            notes.append(
+                f"no BYTES RANGE: {per_node:,} samples per node; each interleaving is one more "
+                "exact replay (ask for them with --interleavings N)"
+            )
     try:
         results = simulate_index(
             streams,
@@ -248,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
             num_canonical_nodes=args.num_canonical_nodes,
             shuffle_block_size=args.shuffle_block_size,
             shuffle_seed=args.seed,
-            interleavings=args.interleavings,
+            interleavings=interleavings,
             **extra,
         )
     except ConfigError as exc:

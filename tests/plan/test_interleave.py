@@ -133,3 +133,13 @@ def test_first_batch_alone_is_step_zero_on_the_link() -> None:
     f = r.epochs[0]
     assert f.first_batch_alone_s == pytest.approx(0.02 + int(f.bytes_by_step[0]) / 100_000)
     assert f.first_batch_s is not None and f.first_batch_alone_s < f.first_batch_s
+
+
+def test_cli_leaves_the_range_out_above_its_bound(capsys: Any) -> None:
+    # default --interleavings: none above 2**20 samples per node (each one is an exact replay)
+    args = ["plan", "synthetic:3000000:1000", "--batch-size", "32", "--ranks", "2",
+            "--cache-limit", "1gb", "--shuffle-algo", "none", "--model", "runs"]  # fmt: skip
+    assert main(args) == 0
+    head, *rest = capsys.readouterr().out.splitlines()
+    assert "BYTES RANGE" not in head
+    assert any(n.startswith("note: no BYTES RANGE: 3,000,000 samples per node") for n in rest)
