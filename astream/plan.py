@@ -34,7 +34,17 @@ each physical node and each epoch:
    evictions, high-water mark, occupancy per step. The cache carries over between epochs. In
    the exact model a shard read at step ``u`` stays pinned over the next ``workers - 1`` steps
    (each DataLoader worker pins the batch it decodes; the workers decode consecutive steps at
-   once); when only pinned shards are left, the oldest pin is waited for and evicted.
+   once); when only pinned shards are left, the pin of the first of them in victim order is
+   waited for and that shard evicted (as ``CacheSpace._evict`` does).
+   *Interleavings* (``interleavings=N``, exact model, with a ``cache_limit``): that replay is
+   one fixed interleaving of the node's consumers, without their prefetchers; the real ones
+   race, and a prefetch into free room can cost a demand read an eviction (under LRU of the
+   unread prefetched shard, downloaded again later). Each epoch is replayed ``N`` more times
+   under seeded interleavings (:func:`timed_reads`: per consumer a start offset of up to
+   ``workers x 2`` steps, each read at a random point of its step, a prefetch try that takes
+   free room only ``lookahead`` steps before each read; :meth:`CacheReplay.epoch_timed`), each
+   with its own cache across epochs; ``bytes_range``/``downloads_range`` are (min, median,
+   max) over those and the fixed replay.
 3. **Time** (with ``bandwidth_mbps``): the node's link moves the bytes at the bandwidth.
    *Opening*: every consumer starts at once, asking for its first batch and announcing its
    prefetch window (``lookahead`` steps: ``predownload`` samples per worker), so the downloads
@@ -45,8 +55,10 @@ each physical node and each epoch:
    transfer; downloads of step ``u`` start when the consumer is ``lookahead`` steps before
    ``u``; step ``u`` starts when the previous step has run ``step_ms`` and its shards are in.
    The stall share is the time later steps waited for data over the epoch's time (which
-   starts with the first batch's wait). A model: process start-up, decode time and the
-   DataLoader's hand-off are not in it.
+   starts with the first batch's wait). How the opening really shares the link is a race
+   (a worker that starts late leaves step 0's downloads alone on it), so
+   ``first_batch_alone_s`` gives the other end: one latency plus step 0's bytes alone. A
+   model: process start-up, decode time and the DataLoader's hand-off are not in it.
 4. **Quality** (:mod:`astream.core.quality`) of rank 0's first ``quality_samples`` samples
    of epoch 0: distance from index order (0: index order, ~1: a full random permutation) and
    distinct shards per device batch.
@@ -71,7 +83,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from astream.core.cachesim import CacheReplay, EpochReplay, RunReplay
-from astream.core.eviction import check_policy, node_steps, step_uses
+from astream.core.eviction import check_policy, node_steps, rank_uses, step_uses
 from astream.core.index import Index
 from astream.core.order import StreamSpec, plan_epoch
 from astream.core.quality import shards_per_window
@@ -110,10 +122,16 @@ EXACT_OVERCOMMIT = (
 PIN_WAITS = (
     "cache_limit is below the shards of the batches the workers decode at once: consumers "
     "wait for each other's pins {:,} times, and which one gets room first depends on timing, "
-    "so real downloads vary from run to run and have measured up to ~1.3x these (docs/plan.md); "
+    "so real downloads vary from run to run and have measured up to ~1.8x these (docs/plan.md); "
     "raise cache_limit"
 )
+RUNS_NO_SPREAD = (
+    "interleavings: the runs model gives one figure per epoch (no spread over the consumers' "
+    "interleavings); use model='exact' for the range"
+)
 _WINDOW_SAMPLES = 1 << 22  # node samples per step_uses call (bounds memory)
+SUBTICKS = 64  # clock units per tick in the interleaving replays (room for the jitter)
+DATALOADER_PREFETCH = 2  # batches a DataLoader worker may run ahead (torch's prefetch_factor)
 
 
 @dataclass(frozen=True)
@@ -141,7 +159,14 @@ class EpochFigures:
     high_water: int  # most bytes in the cache at once
     overcommit: int  # bytes over the limit when every cached shard was being read
     waits: int = 0  # evictions that waited for a consumer's pin (see cachesim)
+    # (min, median, max) over the fixed interleaving and ``interleavings`` seeded ones
+    # (module docstring, "Interleavings"); None when not asked for (or the runs model ran)
+    bytes_range: tuple[int, int, int] | None = None
+    downloads_range: tuple[int, int, int] | None = None
     first_batch_s: float | None = None
+    # the first batch if step 0's downloads had the link alone (no peer's prefetch sharing
+    # it): the low end of the first batch over the interleavings (module docstring, 3)
+    first_batch_alone_s: float | None = None
     stall_share: float | None = None
     bytes_by_step: I64 = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
     occupancy_by_step: I64 = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
@@ -161,6 +186,16 @@ class PlanResult:
     def total(self, name: str, epoch: int | None = None) -> int:
         """Sum of an integer figure over nodes (of one epoch, or all)."""
         return sum(getattr(f, name) for f in self.epochs if epoch is None or f.epoch == epoch)
+
+    def span(self, name: str, epoch: int | None = None) -> tuple[int, int, int] | None:
+        """(min, median, max) of ``"bytes"`` or ``"downloads"`` over the interleavings, summed
+        over nodes (each node's own min, median, max: a bound for the node total) of one
+        epoch or all; None without interleavings."""
+        figs = [f for f in self.epochs if epoch is None or f.epoch == epoch]
+        got = [getattr(f, f"{name}_range") for f in figs]
+        if not got or any(g is None for g in got):
+            return None
+        return (sum(g[0] for g in got), sum(g[1] for g in got), sum(g[2] for g in got))
 
 
 def simulate(
@@ -195,6 +230,7 @@ def simulate_index(
     step_ms: float = 0.0,
     predownload: int | None = None,
     quality_samples: int = 1 << 16,
+    interleavings: int = 0,
     **order: Any,
 ) -> list[PlanResult]:
     """Figures for every shuffle in ``shuffles`` and policy in ``cache_policy``.
@@ -204,6 +240,10 @@ def simulate_index(
     default ``num_canonical_nodes`` for ``nodes`` when it is not given). ``order``: the dataset's
     order arguments (``shuffle_seed``, ``num_canonical_nodes``, ``shuffle_block_size``,
     ``epoch_size``, ``sampling_method``, ...), checked as the dataset checks them.
+    ``interleavings``: with a ``cache_limit``, replay each epoch that many more times under
+    seeded interleavings of the consumers, with their prefetches (module docstring), and give
+    the spread as ``bytes_range``/``downloads_range`` (exact model only; a note says when the
+    runs model left them out).
     """
     from astream.runtime.config import DatasetConfig
 
@@ -233,6 +273,8 @@ def simulate_index(
         raise ConfigError(f"step_ms must be >= 0, got {step_ms}")
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ConfigError(f"epochs must be an int >= 1, got {epochs!r}")
+    if isinstance(interleavings, bool) or not isinstance(interleavings, int) or interleavings < 0:
+        raise ConfigError(f"interleavings must be an int >= 0, got {interleavings!r}")
     if quality_samples < 1:
         raise ConfigError(f"quality_samples must be >= 1, got {quality_samples}")
     streams = [PlanStream(index)] if isinstance(index, Index) else list(index)
@@ -261,6 +303,9 @@ def simulate_index(
         lookahead = max(1, ahead // cfg.batch_or_1) * workers
         per = {p: [] for p in policies}  # type: dict[str, list[EpochFigures]]
         states: dict[str, list[Any]] = {}  # policy -> per node: its (shared) replay
+        # policy -> per node, per interleaving: its own replay (module docstring)
+        spreads: dict[str, list[list[CacheReplay]]] = {}
+        spread = interleavings if cfg.cache_limit is not None else 0
         quality: dict[str, float] = {}
         used = "exact"
         for e in range(epochs):
@@ -290,11 +335,18 @@ def simulate_index(
                     latency_ms / 1e3, step_ms / 1e3, lookahead, cfg.cache_limit,
                     max(workers, lookahead),
                 )  # fmt: skip
+                if spread and used == "exact":
+                    _interleave(
+                        figs, spreads, policy, plan, world, e, spread, footprint, wire,
+                        cfg.cache_limit, lookahead,
+                    )  # fmt: skip
                 per[policy].extend(figs)
             del plan, reads, keys
         for policy in policies:
             figs = sorted(per[policy], key=lambda f: (f.epoch, f.node))
             notes = []
+            if spread and used == "runs":
+                notes.append(RUNS_NO_SPREAD)
             over = max((f.overcommit for f in figs), default=0)
             if over and used == "runs":
                 notes.append(RUNS_OVERCOMMIT)
@@ -402,6 +454,66 @@ def _node_reads(plan: Any, world: World, node: int, *, model: str) -> tuple[I64,
     tick = np.concatenate(ticks) if ticks else np.zeros(0, np.int64)
     shard = np.concatenate(shards) if shards else np.zeros(0, np.int64)
     return tick, tick, shard
+
+
+def rank_reads(plan: Any, world: World, node: int) -> list[tuple[I64, I64]]:
+    """Per local rank of ``node``: its (tick, shard) reads of the epoch (``rank_uses``)."""
+    steps = node_steps(plan, world)
+    per_window = max(1, _WINDOW_SAMPLES // max(1, plan.batch_size))
+    out = []
+    for local in range(world.ranks_per_node):
+        rank = node * world.ranks_per_node + local
+        parts = [rank_uses(plan, world, rank, j0, min(steps, j0 + per_window))
+                 for j0 in range(0, steps, per_window)]  # fmt: skip
+        z = np.zeros(0, np.int64)
+        out.append((np.concatenate([t for t, _ in parts]) if parts else z,
+                    np.concatenate([s for _, s in parts]) if parts else z))  # fmt: skip
+    return out
+
+
+def timed_reads(
+    reads: list[tuple[I64, I64]],
+    batch_size: int,
+    workers: int,
+    steps: int,
+    rng: np.random.Generator,
+    lookahead: int,
+    skew: int,
+) -> tuple[I64, I64, NDArray[np.bool_], int]:
+    """One seeded interleaving of a node's consumers (module docstring, "Interleavings"):
+    (times, shards, tries, span) for :meth:`CacheReplay.epoch_timed`, sorted by time, on a
+    clock of :data:`SUBTICKS` per tick. ``reads``: per local rank, its (tick, shard) reads
+    (:func:`rank_reads`). Each consumer (rank, worker) starts at a random offset of up to
+    ``skew`` steps; its reads happen at their tick (not before its start), each at a random
+    point of its step; it tries to prefetch each read's shard ``lookahead`` steps before it
+    (the tries of its first ``lookahead`` steps all at its start, in deadline order)."""
+    bs, sub = batch_size, SUBTICKS
+    times, shards, tries = [], [], []
+    for tick, shard in reads:
+        worker = (tick // bs) % workers
+        for w in range(workers):
+            mine = worker == w
+            t, s = tick[mine], shard[mine]
+            if not len(t):
+                continue
+            start = int(rng.integers(0, skew * bs * sub + 1))
+            read_at = np.maximum(t * sub, start) + rng.integers(0, bs * sub, len(t))
+            lead = t - lookahead * bs
+            try_at = np.where(
+                lead < 0,
+                start + np.arange(len(t)),
+                lead * sub + rng.integers(0, bs * sub, len(t)),
+            )
+            times += [read_at, try_at]
+            shards += [s, s]
+            tries += [np.zeros(len(t), bool), np.ones(len(t), bool)]
+    span = steps * bs * sub
+    if not times:
+        z = np.zeros(0, np.int64)
+        return z, z, np.zeros(0, bool), span
+    tm, sh, tr = np.concatenate(times), np.concatenate(shards), np.concatenate(tries)
+    by = np.lexsort((sh, tm))
+    return tm[by], sh[by], tr[by], span
 
 
 def node_runs(plan: Any, world: World, node: int) -> tuple[I64, I64, I64]:
@@ -516,10 +628,54 @@ def _replay_epoch(
             fig.first_batch_s, fig.stall_share = _timeline(
                 fig.bytes_by_step, bw, latency, step, lookahead, limit, opening
             )
+            head = int(fig.bytes_by_step[0]) if len(fig.bytes_by_step) else 0
+            fig.first_batch_alone_s = latency + head / bw if head else 0.0
         for q in members:
             state[q] = replay
             out.append(_copy_for(fig, q))
     return out
+
+
+def _interleave(
+    figs: list[EpochFigures],
+    spreads: dict[str, list[list[CacheReplay]]],
+    policy: str,
+    plan: Any,
+    world: World,
+    epoch: int,
+    count: int,
+    footprint: I64,
+    wire: I64,
+    limit: int | None,
+    lookahead: int,
+) -> None:
+    """Replay each node's epoch under ``count`` seeded interleavings (each its own cache,
+    carried across epochs) and set ``bytes_range``/``downloads_range`` on its figures."""
+    workers, bs = world.workers_per_rank, plan.batch_size
+    hold = (workers - 1) * bs * SUBTICKS
+    chains = spreads.setdefault(policy, [])
+    steps = node_steps(plan, world)
+    skew = workers * DATALOADER_PREFETCH
+    for fig in figs:
+        q = fig.node
+        while len(chains) <= q:
+            chains.append([])
+        mine = chains[q]
+        while len(mine) < count:
+            mine.append(CacheReplay(footprint, limit, policy, hold))
+        reads = rank_reads(plan, world, q)
+        nbytes, downloads = [fig.bytes], [fig.downloads]
+        for k, replay in enumerate(mine):
+            rng = np.random.default_rng([k, epoch, q])
+            rep = replay.epoch_timed(*timed_reads(reads, bs, workers, steps, rng, lookahead, skew))
+            nbytes.append(int(wire[rep.dl_shards].sum()) if len(rep.dl_shards) else 0)
+            downloads.append(rep.downloads)
+        fig.bytes_range = _three(nbytes)
+        fig.downloads_range = _three(downloads)
+
+
+def _three(values: list[int]) -> tuple[int, int, int]:
+    return (min(values), int(np.median(values)), max(values))
 
 
 def _copy_for(fig: EpochFigures, node: int) -> EpochFigures:

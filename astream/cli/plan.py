@@ -46,6 +46,9 @@ from astream.errors import ConfigError
 __all__ = ["add_parser", "html_report", "load_streams", "png_report", "run", "svg_chart"]
 
 REF_MAX_SAMPLES = 1 << 27  # default run: the reference orders (O(epoch)) only up to this
+# default --interleavings: 8 up to this many samples per node and epoch, none above (each
+# interleaving is one more exact replay with twice the events: ~6 s each per 1M samples)
+INTERLEAVE_AUTO, INTERLEAVE_AUTO_MAX = 8, 1 << 20
 _STREAM_KEYS = ("remote", "local", "split", "storage_options", "proportion", "repeat", "choose")
 _FLAGS = {  # Python argument names in errors -> this command's flags
     "num_canonical_nodes": "--num-canonical-nodes",
@@ -128,6 +131,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=_positive(int, 0, "an int"), default=9176, help="shuffle_seed")
     p.add_argument("--epoch-size", default=None, help="samples per epoch (e.g. 10m)")
     p.add_argument("--predownload", type=_positive(int, 0, "an int"), default=None)
+    p.add_argument("--interleavings", type=_positive(int, 0, "an int"), default=None,
+                   help="with --cache-limit: seeded interleavings of the consumers to replay "
+                   "for the BYTES RANGE column (exact model; 0: none; default 8 up to 2**20 "
+                   "samples per node, else 0)")  # fmt: skip
     p.add_argument("--model", choices=MODELS, default="auto",
                    help="reads model (see docs/plan.md; default: auto)")  # fmt: skip
     p.add_argument("--report", help="write an HTML report with plots to this path")
@@ -226,6 +233,15 @@ def run(args: argparse.Namespace) -> int:
                 "orders cost O(epoch) time and memory (ask for them with --shuffle-algo)"
             )
     policies = args.cache_policy or (["next_use", "lru"] if args.cache_limit else ["next_use"])
+    interleavings = args.interleavings
+    if interleavings is None:
+        per_node = sum(int(s.index.table.samples.sum()) for s in streams) // args.nodes
+        interleavings = INTERLEAVE_AUTO if per_node <= INTERLEAVE_AUTO_MAX else 0
+        if not interleavings and args.cache_limit:
+            notes.append(
+                f"no BYTES RANGE: {per_node:,} samples per node; each interleaving is one more "
+                "exact replay (ask for them with --interleavings N)"
+            )
     try:
         results = simulate_index(
             streams,
@@ -245,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
             num_canonical_nodes=args.num_canonical_nodes,
             shuffle_block_size=args.shuffle_block_size,
             shuffle_seed=args.seed,
+            interleavings=interleavings,
             **extra,
         )
     except ConfigError as exc:
@@ -273,15 +290,24 @@ def run(args: argparse.Namespace) -> int:
 
 _COLS = ("SHUFFLE", "POLICY", "NODE", "EPOCH", "SHARDS", "BYTES", "REDL", "HIGH-WATER",
          "1ST BATCH", "STALL", "ORDER", "SH/BATCH", "MODEL")  # fmt: skip
+RANGE_COL = "BYTES RANGE"  # after BYTES, when any figure has a range (--interleavings)
 
 
-def _rows(results: Sequence[Any], timed: bool) -> list[list[str]]:
+def _spread(f: Any) -> str:
+    if f.bytes_range is None:
+        return "-"
+    lo, _, hi = f.bytes_range
+    return f"{human_bytes(lo)}-{human_bytes(hi)}"
+
+
+def _rows(results: Sequence[Any], timed: bool, ranged: bool = False) -> list[list[str]]:
     rows = []
     for r in results:
         for f in r.epochs:
             rows.append([
                 r.shuffle, r.policy, str(f.node), str(f.epoch), f"{f.downloads:,}",
-                human_bytes(f.bytes), f"{f.redownloads:,}", human_bytes(f.high_water),
+                human_bytes(f.bytes), *([_spread(f)] if ranged else []), f"{f.redownloads:,}",
+                human_bytes(f.high_water),
                 f"{f.first_batch_s:.2f} s" if timed and f.first_batch_s is not None else "-",
                 f"{100 * f.stall_share:.1f}%" if timed and f.stall_share is not None else "-",
                 f"{r.quality['index_order']:.3f}", f"{r.quality['shards_per_batch']:.2f}",
@@ -290,11 +316,21 @@ def _rows(results: Sequence[Any], timed: bool) -> list[list[str]]:
     return rows
 
 
+def _columns(results: Sequence[Any]) -> tuple[list[str], bool]:
+    ranged = any(f.bytes_range is not None for r in results for f in r.epochs)
+    cols = list(_COLS)
+    if ranged:
+        cols.insert(cols.index("BYTES") + 1, RANGE_COL)
+    return cols, ranged
+
+
 def format_table(results: Sequence[Any], timed: bool) -> str:
-    """The text table: one row per shuffle x policy x node x epoch."""
-    rows = [list(_COLS), *_rows(results, timed)]
-    width = [max(len(row[i]) for row in rows) for i in range(len(_COLS))]
-    left = {0, 1, 12}
+    """The text table: one row per shuffle x policy x node x epoch (with a BYTES RANGE
+    column, min-max over the interleavings, when any figure has one)."""
+    cols, ranged = _columns(results)
+    rows = [cols, *_rows(results, timed, ranged)]
+    width = [max(len(row[i]) for row in rows) for i in range(len(cols))]
+    left = {0, 1, len(cols) - 1}
     lines = [
         "  ".join(
             c.ljust(width[i]) if i in left else c.rjust(width[i]) for i, c in enumerate(row)
@@ -306,7 +342,9 @@ def format_table(results: Sequence[Any], timed: bool) -> str:
 
 def figures_json(results: Sequence[Any], args: dict[str, Any]) -> dict[str, Any]:
     keys = ("downloads", "bytes", "distinct_shards", "redownloads", "evictions", "high_water",
-            "overcommit", "steps", "first_batch_s", "stall_share")  # fmt: skip
+            "overcommit", "steps", "first_batch_s", "first_batch_alone_s", "stall_share",
+            "bytes_range",
+            "downloads_range")  # fmt: skip
     return {
         "args": {k: v for k, v in args.items() if k != "func"},
         "results": [
@@ -441,10 +479,11 @@ def html_report(results: Sequence[Any], args: argparse.Namespace, notes: Sequenc
     timed = args.bandwidth_mbps is not None
     cum, occ, marks = _node_series(results, args.report_node)
     settings = {k: v for k, v in vars(args).items() if k != "func" and v is not None}
-    head = "".join(f"<th>{esc(c)}</th>" for c in _COLS)
+    cols, ranged = _columns(results)
+    head = "".join(f"<th>{esc(c)}</th>" for c in cols)
     body = "\n".join(
         "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
-        for row in _rows(results, timed)
+        for row in _rows(results, timed, ranged)
     )
     from astream.core.sizes import parse_size
 

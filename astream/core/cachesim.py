@@ -12,10 +12,12 @@ previous epoch left it. The replay walks the pairs in step order, as the runtime
   tick or within ``hold`` ticks before it (the runtime's pins: each DataLoader worker pins the
   shards of the batch it is decoding, and the workers decode consecutive steps at once, so the
   planner passes ``hold`` = the steps of the other workers' batches);
-- when only pinned shards are left, the runtime's reservation waits for the least recently
-  used pin to go (that consumer finished its batch) and evicts that shard: the replay evicts
-  the held shards oldest read first (never those of the current tick) and counts them in
-  ``waits``;
+- when only pinned shards are left, the runtime's reservation waits for the pin of the first
+  pinned shard *in victim order* to go (that consumer finished its batch) and evicts that
+  shard (``CacheSpace._evict``): the replay evicts the held shards in victim order (never those
+  of the current tick) and counts them in ``waits``. Under ``lru`` that is the oldest read;
+  under ``next_use`` the furthest next use (an earlier replay took the oldest read there too,
+  and re-downloaded a shard the runtime keeps);
 - next uses are computed within the epoch only, as the runtime's ``NodeFuture`` does, so a
   shard not read again this epoch ties with the rest and goes least recently used first.
 
@@ -27,11 +29,24 @@ Every read is an event (one per rank batch and shard of the batch, so the work i
 ``(first step, last step, shard)`` (a shard read at every step of a stretch, e.g. a shuffle
 block), one event per run, the shard pinned for the whole run. Work O(runs log runs).
 
-What the runtime does that this does not model: prefetch (it takes free room only, so bytes
-are the same, only their timing moves) and the timing of waits: which waiting consumer gets
-room first depends on the machine, so where the replay counts ``waits`` the runtime's downloads
-vary from run to run (docs/plan.md, "Measured"). With every cached shard read at the current
-tick the replay goes over the limit and reports it in ``overcommit``.
+With every cached shard read at the current tick the replay goes over the limit and reports it
+in ``overcommit``.
+
+Interleavings
+-------------
+The walk above is one fixed interleaving of the node's consumers (ranks x DataLoader workers),
+without prefetch. The runtime's consumers race, and each one's prefetcher downloads the shards
+of its next ``lookahead`` steps into *free* room (never evicting). That is not neutral: a
+prefetched shard needed many steps later fills room that another consumer's demand read must
+then free by eviction, and under ``lru`` the prefetched shard, never read yet, is the least
+recently used one -- it is evicted and downloaded again (measured: a worker that starts late
+finds the room taken by its peers' prefetches of the next shuffle block). Which consumer gets
+there first is timing, so one replay cannot predict one run's bytes; the planner gives a range
+instead. :meth:`CacheReplay.epoch_timed` replays *timed* events: consumers' reads and
+prefetch *tries* (take free room only; nothing if present), in time order, from
+``astream.plan.timed_reads`` (one seeded interleaving: each consumer's start offset, each
+read's moment within its step, tries ``lookahead`` steps ahead); next uses are the times of
+the next reads. The planner replays several seeds and reports min / median / max.
 """
 
 from __future__ import annotations
@@ -98,6 +113,81 @@ class CacheReplay:
         nxt[by] = nxt_sorted
         self._replay(out, ticks.tolist(), shards.tolist(), nxt.tolist(), num_ticks)
         self.clock += num_ticks
+        return out
+
+    def epoch_timed(
+        self, times: I64, shards: I64, tries: NDArray[np.bool_], span: int
+    ) -> EpochReplay:
+        """Replay one epoch of *timed* events (see "Interleavings" in the module docstring):
+        ``times`` (any integer clock, sorted), ``shards``, and ``tries``: True for a
+        prefetch's try (takes free room only, never evicts; nothing if the shard is present),
+        False for a consumer's read. ``span``: the epoch's length on that clock (the LRU
+        clock runs on across epochs). ``hold`` is on the same clock. No occupancy series."""
+        times = np.asarray(times, np.int64)
+        shards = np.asarray(shards, np.int64)
+        tries = np.asarray(tries, bool)
+        out = EpochReplay()
+        reads = ~tries
+        out.distinct = len(np.unique(shards[reads]))
+        # the next read of each event's shard: after a read, at or after a try
+        wide = int(times.max()) + 2 if len(times) else 1
+        keys = np.sort(shards[reads] * wide + times[reads])
+        at = np.where(
+            tries,
+            np.searchsorted(keys, shards * wide + times, "left"),
+            np.searchsorted(keys, shards * wide + times, "right"),
+        )
+        nxt = np.full(len(times), NEVER, np.int64)
+        if len(keys):
+            hit = keys[np.minimum(at, len(keys) - 1)]
+            ok = (at < len(keys)) & (hit // wide == shards)
+            nxt[ok] = hit[ok] % wide
+        policy, limit, sizes, present = self.policy, self.limit, self.sizes, self.present
+        base = self.clock
+        heap: list[tuple[tuple[float, float], int, int]] = []
+        version: dict[int, int] = {}
+        reading: dict[int, int] = {}
+        dl_t: list[int] = []
+        dl_s: list[int] = []
+        high = usage = self.usage
+        first_use: dict[int, int] = {}
+        for t, s in zip(times[reads].tolist(), shards[reads].tolist()):
+            if s not in first_use:
+                first_use[s] = t
+        for s, last in present.items():
+            version[s] = 0
+            heapq.heappush(heap, (victim_key(policy, first_use.get(s, NEVER), last), s, 0))
+        for t, s, tr, nx in zip(times.tolist(), shards.tolist(), tries.tolist(), nxt.tolist()):
+            if tr:
+                if s in present:
+                    continue
+                size = int(sizes[s])
+                if limit is not None and usage + size > limit:
+                    continue  # a prefetch takes free room only
+                usage += size
+            else:
+                reading[s] = t
+                if s not in present:
+                    size = int(sizes[s])
+                    usage += size
+                    if limit is not None and usage > limit:
+                        usage = self._evict(heap, version, reading, usage, t, out)
+            if s not in present:
+                out.downloads += 1
+                out.bytes += int(sizes[s])
+                dl_t.append(t)
+                dl_s.append(s)
+            present[s] = base + t
+            v = version.get(s, 0) + 1
+            version[s] = v
+            heapq.heappush(heap, (victim_key(policy, nx, base + t), s, v))
+            if usage > high:
+                high = usage
+        self.usage = usage
+        self.clock += span
+        out.high_water = high
+        out.dl_steps = np.asarray(dl_t, np.int64)
+        out.dl_shards = np.asarray(dl_s, np.int64)
         return out
 
     def _replay(
@@ -178,11 +268,11 @@ class CacheReplay:
             usage -= int(sizes[s])
             out.evictions += 1
         if usage > self.limit and self.hold:
-            # every unpinned shard is gone: the runtime waits until the oldest pins go (the
-            # consumers behind finish their batches), then evicts those shards
-            older = sorted((reading[e[1]], i) for i, e in enumerate(aside) if reading[e[1]] != t)
+            # every unpinned shard is gone: the runtime waits for the pin of the first held
+            # shard in victim order (``aside`` was popped in that order; never one read at this
+            # tick) to go -- its consumer finishes the batch -- and evicts that shard
             gone = set()
-            for _, i in older:
+            for i in [i for i, e in enumerate(aside) if reading[e[1]] != t]:
                 if usage <= self.limit:
                     break
                 s = aside[i][1]

@@ -4,8 +4,14 @@ the ranks keep in lockstep through a gloo barrier per batch, as data-parallel tr
 
 Each epoch is one launch of both ranks (``evict_job.py``) on the same cache directory, so the
 proxy's counters between launches are that epoch's downloads. Checked: exact epochs, the limit
-never exceeded (sampled under the cache lock), downloaded bytes and high-water within 5% of
-``astream.plan.simulate``, and next-use against LRU.
+never exceeded (sampled under the cache lock), downloaded bytes within the range of
+``astream.plan.simulate`` (below) and the high-water within 5% of it, and next-use against LRU.
+
+Downloaded bytes are checked against the plan's *range* over ``INTERLEAVINGS`` seeded
+interleavings of the four consumers with their prefetches (``simulate(interleavings=...)``,
+docs/plan.md), within ``TOL`` of its ends: which consumer's demand or prefetch takes the last
+free room first is timing, and moves an epoch by several shards (measured, 2026-12-02: 6-shard
+LRU epoch 0 from 251,363 to 276,220 B over 8 runs, the fixed-interleaving plan 246,400 B).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 BATCH = 8
 BLOCK = 200  # shuffle blocks of ~3 shards: a window of the order touches few shards
 N = 3000  # samples, in ~42 shards of ~5 KB
+INTERLEAVINGS = 32  # seeded interleavings the plan's range is taken over
+TOL = 0.03  # measured bytes within the planned range, widened by this share at each end
 
 
 def _env(rank: int, port: str) -> dict[str, str]:
@@ -125,11 +133,9 @@ def evict_src(tmp_path_factory: pytest.TempPathFactory, s3_bucket: str) -> tuple
 
 @pytest.mark.parametrize(
     "shards",
-    # tight; half the dataset. Both slow: the 6-shard case's LRU epoch lands one shard
-    # (+10.1%, just past the 10% allowed) above the plan in about 1 run of 8, at 4dba63b as
-    # now (interleaved, 8 runs each, 2026-12-02): with 4 consumers racing, which shard is least
-    # recently used depends on their interleaving, which the plan fixes. It failed a CI run, so
-    # it runs with ASTREAM_SLOW=1 until the plan models that spread; its bounds are unchanged
+    # tight; half the dataset. Both slow for their cost, not their reliability: four two-rank
+    # launches take 40-90 s on the shared 2-core machine (10 of 10 runs of the tight case
+    # passed against the planned range, 2026-12-02, docs/results/plan_eviction_runs.jsonl)
     [pytest.param(6, marks=pytest.mark.slow), pytest.param(21, marks=pytest.mark.slow)],
 )
 def test_downloads_match_the_plan_and_beat_lru(
@@ -150,6 +156,7 @@ def test_downloads_match_the_plan_and_beat_lru(
             cache_policy=("next_use", "lru"),
             shuffles=["astream"],
             shuffle_block_size=BLOCK,
+            interleavings=INTERLEAVINGS,
         )
     }
     measured: dict[str, list[int]] = {}
@@ -164,9 +171,10 @@ def test_downloads_match_the_plan_and_beat_lru(
             assert got == list(range(N))  # exact epochs, whatever the evictions
             assert sampler.samples > 0 and sampler.peak <= limit, (sampler.peak, limit)
             plan = plans[policy]
-            want = plan.total("bytes", epoch)
-            tol = 0.05 if policy == "next_use" else 0.10  # LRU is more sensitive to timing
-            assert abs(nbytes - want) <= tol * want, (policy, epoch, nbytes, want)
+            span = plan.span("bytes", epoch)
+            assert span is not None
+            lo, _, hi = span
+            assert lo * (1 - TOL) <= nbytes <= hi * (1 + TOL), (policy, epoch, nbytes, span)
             hw = plan.total("high_water", epoch)
             assert sampler.peak <= hw * 1.05, (policy, epoch, sampler.peak, hw)
             measured[policy].append(nbytes)
@@ -175,6 +183,7 @@ def test_downloads_match_the_plan_and_beat_lru(
     # the second epoch under next-use downloads less than under LRU (which evicts what the
     # reshuffled order needs next), as the plan says
     assert plans["next_use"].total("bytes", 1) < plans["lru"].total("bytes", 1)
+    assert plans["next_use"].span("bytes", 1)[1] < plans["lru"].span("bytes", 1)[1]  # medians
     assert measured["next_use"][1] < measured["lru"][1], measured
     out = os.environ.get("ASTREAM_EVICT_RESULTS")  # docs/plan.md's table: raw figures
     if out:
@@ -186,6 +195,7 @@ def test_downloads_match_the_plan_and_beat_lru(
                     "policy": policy,
                     "measured_bytes": measured[policy],
                     "planned_bytes": [plans[policy].total("bytes", e) for e in range(2)],
+                    "planned_bytes_range": [plans[policy].span("bytes", e) for e in range(2)],
                     **extra[policy],
                     "planned_downloads": [plans[policy].total("downloads", e) for e in range(2)],
                     "planned_high_water": [plans[policy].total("high_water", e) for e in range(2)],

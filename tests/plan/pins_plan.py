@@ -3,8 +3,9 @@
 ``python tests/plan/pins_plan.py OUT.jsonl``: writes bench_evict's dataset (3,000 samples,
 shards of <= 5,000 B, seed 9176) and the lockstep test's (tests/engine/test_eviction.py) into a
 temporary directory, plans them as those runs run (2 ranks, 1, 2 and 4 workers, the same
-orders and cache limits) and appends the planned downloads, bytes, waits for pins and
-high-water. No data is read remotely: this is the plan side of the comparison only.
+orders and cache limits) and appends the planned downloads, bytes, their range over 32
+seeded interleavings of the consumers (``interleavings=32``: min, median, max), waits for pins
+and high-water. No data is read remotely: this is the plan side of the comparison only.
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ def main(out: str) -> None:
                 got = simulate(bench, batch_size=8, ranks_per_node=2, workers=workers,
                                cache_limit=limit, cache_policy=("next_use", "lru"),
                                shuffles=["py1e"], shuffle_block_size=200,
-                               num_canonical_nodes=1, shuffle_seed=9176)  # fmt: skip
+                               num_canonical_nodes=1, shuffle_seed=9176,
+                               interleavings=32)  # fmt: skip
                 for r in got:
                     rows.append({
                         "case": f"bench_evict:{name}", "workers": workers, "cache_limit": limit,
                         "policy": r.policy, "downloads": r.total("downloads"),
-                        "bytes": r.total("bytes"),
+                        "bytes": r.total("bytes"), "bytes_range": r.span("bytes"),
+                        "downloads_range": r.span("downloads"),
                         "bytes_per_dataset": round(r.total("bytes") / total, 3),
                         "waits": r.total("waits"), "high_water": r.total("high_water"),
                         "overcommit": max(f.overcommit for f in r.epochs),
@@ -55,12 +58,15 @@ def main(out: str) -> None:
         for shards in (6, 21):
             got = simulate(lock, batch_size=8, ranks_per_node=2, workers=2, epochs=2,
                            cache_limit=shards * biggest, cache_policy=("next_use", "lru"),
-                           shuffles=["astream"], shuffle_block_size=200)  # fmt: skip
+                           shuffles=["astream"], shuffle_block_size=200,
+                           interleavings=32)  # fmt: skip
             for r in got:
                 rows.append({
                     "case": f"test_eviction:{shards}", "workers": 2,
                     "cache_limit": shards * biggest, "policy": r.policy,
                     "bytes": [r.total("bytes", e) for e in (0, 1)],
+                    "bytes_range": [r.span("bytes", e) for e in (0, 1)],
+                    "downloads_range": [r.span("downloads", e) for e in (0, 1)],
                     "downloads": [r.total("downloads", e) for e in (0, 1)],
                     "high_water": [r.total("high_water", e) for e in (0, 1)],
                     "waits": [r.total("waits", e) for e in (0, 1)], "dataset_bytes": total,

@@ -9,7 +9,10 @@ epoch spent waiting for later batches. Predicted: the same figures from the inde
 
 Tolerances (docs/plan.md, "Validation"):
 
-- bytes and cache high-water: within 5% (the issue's bar);
+- bytes: within the plan's range over ``INTERLEAVINGS`` seeded interleavings of the consumers
+  and their prefetches (``simulate(interleavings=...)``), widened by ``TOL`` at each end: which
+  consumer takes the last free room first is timing (docs/plan.md, "Interleavings");
+- cache high-water: within 5% (the issue's bar);
 - stall share: within 0.12 absolute, in a bandwidth-bound run (the epoch's bytes take ~4.7 s on
   the link, its compute 0.75 s): the share is mostly transfer time, which the model has; what
   it leaves out -- decoding, the hop from worker to main process, the barrier, a shared 2-core
@@ -21,11 +24,14 @@ Tolerances (docs/plan.md, "Validation"):
   compared with the measured wait for the data: from the first shard GET at the proxy to the
   moment the last rank had its first batch, so the run's start-up (worker processes, plan
   walk) is left out, in the same launch. Asserted:
-  ``FIRST_LOW x planned <= measured <= FIRST_HIGH x planned + FIRST_SLACK``: 0.6x and 1.25x
-  for how the link is really shared (the model has the whole opening arrive together; step
-  0's requests go first, so its shards can finish before the rest of the window: measured
-  0.70-1.05x at the slow link), and 1 s for what is left of start-up: the first GET comes from
-  the first worker up; on a loaded 2-core machine the other three start up to a second later.
+  ``FIRST_LOW x alone <= measured <= FIRST_HIGH x planned + FIRST_SLACK``. How the opening
+  shares the link is a race: step 0's requests go first, and when a worker starts late its
+  prefetches do not share the link with them at all, so step 0's shards can come in alone --
+  the plan's ``first_batch_alone_s`` (one latency plus step 0's bytes over the bandwidth: the
+  physical minimum; 0.8x of it for the proxy's rate limiter and the 2 ms polls; measured
+  0.896 s against 0.794 s alone and 1.519 s planned, 2026-12-02). 1.25x planned and 1 s above:
+  the first GET comes from the first worker up; on a loaded 2-core machine the other three
+  start up to a second later.
   The ``slow`` test runs the same check at a quarter of the bandwidth (the data takes ~4-6 s
   there, so the slack weighs less).
 """
@@ -58,8 +64,10 @@ STEP_MS = 10.0
 LATENCY = 0.05  # s per request
 BANDWIDTH = 20_000  # bytes/s for the whole proxy: ~4.7 s for the epoch's bytes
 CACHE_SHARDS = 6
-# first batch: FIRST_LOW x planned <= measured wait for the data <= FIRST_HIGH x planned + SLACK
-FIRST_LOW, FIRST_HIGH, FIRST_SLACK = 0.6, 1.25, 1.0
+INTERLEAVINGS = 32  # seeded interleavings the planned bytes' range is taken over
+TOL = 0.03  # measured bytes within that range, widened by this share at each end
+# first batch: FIRST_LOW x alone <= measured wait for the data <= FIRST_HIGH x planned + SLACK
+FIRST_LOW, FIRST_HIGH, FIRST_SLACK = 0.8, 1.25, 1.0
 
 
 class Peak:
@@ -188,9 +196,11 @@ def _plan(src: str, limit: int, bandwidth: float) -> Any:
         bandwidth_mbps=bandwidth * 8 / 1e6,
         latency_ms=LATENCY * 1e3,
         step_ms=STEP_MS,
+        interleavings=INTERLEAVINGS,
     )
     (f,) = plan.epochs
     assert f.first_batch_s is not None and f.stall_share is not None
+    assert f.first_batch_alone_s is not None
     return f
 
 
@@ -201,16 +211,11 @@ def _record(figures: dict[str, Any]) -> None:
             fh.write(json.dumps(figures) + "\n")
 
 
-# slow: in a fresh-clone CI run (2026-12-02) the measured bytes came out one shard (+5.3%)
-# above the plan (5% allowed): the real run's consumers interleave differently from the plan's
-# fixed order, as in test_eviction's LRU case (intermittent there before this session's changes
-# too). Runs with ASTREAM_SLOW=1 until the plan models that spread; its bounds are unchanged
-@pytest.mark.slow
 def test_plan_matches_a_shaped_real_run(
     small_src: tuple[str, str, int], s3_server: Any, make_proxy: Any, tmp_path: Any
 ) -> None:
-    """Bytes and high-water within 5%, stall share within 0.12, the first batch's wait for
-    data within the stated tolerance (module docstring); one launch."""
+    """Bytes within the planned range, high-water within 5%, stall share within 0.12, the
+    first batch's wait for data within the stated tolerance (module docstring); one launch."""
     src, url, biggest = small_src
     limit = CACHE_SHARDS * biggest
     proxy = make_proxy(s3_server.url, latency=LATENCY, bandwidth=BANDWIDTH)
@@ -230,17 +235,21 @@ def test_plan_matches_a_shaped_real_run(
     figures = {
         "test": "shaped_run", "cache_limit": limit, "latency_s": LATENCY,
         "bandwidth_Bps": BANDWIDTH, "step_ms": STEP_MS,
-        "bytes": [nbytes, f.bytes], "high_water": [peak.peak, f.high_water],
+        "bytes": [nbytes, f.bytes], "bytes_range": f.bytes_range,
+        "high_water": [peak.peak, f.high_water],
         "first_batch_s": [round(ttfb, 3), round(f.first_batch_s, 3)],
         "first_batch_data_s": [round(data, 3), round(f.first_batch_s, 3)],
+        "first_batch_alone_s": round(f.first_batch_alone_s, 3),
         "stall_share": [round(stall, 3), round(f.stall_share, 3)],
         "later_waits_s": round(waits, 3), "epoch_s": round(seconds, 3),
     }  # fmt: skip
     print("measured, planned:", figures)
     _record(figures)
-    assert abs(nbytes - f.bytes) <= 0.05 * f.bytes, figures
+    assert f.bytes_range is not None
+    lo, _, hi = f.bytes_range
+    assert lo * (1 - TOL) <= nbytes <= hi * (1 + TOL), figures
     assert abs(peak.peak - f.high_water) <= 0.05 * f.high_water, figures
-    _check_first_batch(data, f.first_batch_s, figures)
+    _check_first_batch(data, f, figures)
     assert abs(stall - f.stall_share) <= 0.12, figures
 
 
@@ -265,12 +274,14 @@ def test_first_batch_at_a_slower_link(
         "bandwidth_Bps": slow_bw,
         "first_batch_s": [round(ttfb, 3), round(f.first_batch_s, 3)],
         "first_batch_data_s": [round(data, 3), round(f.first_batch_s, 3)],
+        "first_batch_alone_s": round(f.first_batch_alone_s, 3),
     }  # fmt: skip
     print("measured, planned:", figures)
     _record(figures)
-    _check_first_batch(data, f.first_batch_s, figures)
+    _check_first_batch(data, f, figures)
 
 
-def _check_first_batch(data: float, planned: float, figures: dict[str, Any]) -> None:
+def _check_first_batch(data: float, f: Any, figures: dict[str, Any]) -> None:
     """The measured wait for the data (start-up taken out) within the stated tolerance."""
-    assert FIRST_LOW * planned <= data <= FIRST_HIGH * planned + FIRST_SLACK, figures
+    alone, planned = f.first_batch_alone_s, f.first_batch_s
+    assert FIRST_LOW * alone <= data <= FIRST_HIGH * planned + FIRST_SLACK, figures
