@@ -117,8 +117,10 @@ else:
 n = 0
 for b in it:
     n += len(b["id"])
-print("RESULT " + json.dumps({"samples": n, "cpu_s": time.process_time() - c0,
-                              "wall_s": time.perf_counter() - t0}))
+res = {"samples": n, "cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0}
+if lib != "lit":
+    res["imported"] = astream.__file__  # the tree measured
+print("RESULT " + json.dumps(res))
 """
 
 
@@ -127,8 +129,13 @@ def _cpu_run(python: str, root: str, args: list[str]) -> dict[str, Any]:
 
     here = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": f"{root}:{here}"}  # as the main harness: os.environ
-    p = subprocess.run(
-        [python, "-c", _CPU_CHILD, *args], env=env, capture_output=True, text=True, timeout=600
+    p = subprocess.run(  # cwd: ``-c`` puts it first on sys.path, before PYTHONPATH
+        [python, "-c", _CPU_CHILD, *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     for line in reversed(p.stdout.splitlines()):
         if line.startswith("RESULT "):
@@ -148,7 +155,7 @@ def cpu_w0(a: argparse.Namespace) -> None:
                 (f"{name}/{mode}", sys.executable, str(Path(root).resolve()), "astream", mode)
             )
     if a.lit:
-        cases.append(("lit/dicts", a.peer_python, ".", "lit", "dicts"))
+        cases.append(("lit/dicts", a.peer_python, str(Path(".").resolve()), "lit", "dicts"))
     runs: list[dict[str, Any]] = []
     for rep in range(a.reps):
         for name, python, root, lib, mode in cases:
