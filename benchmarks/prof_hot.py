@@ -175,8 +175,8 @@ def cpu_w0(a: argparse.Namespace) -> None:
     (a.out / "cpu_w0.json").write_text(json.dumps({"meta": meta, "medians": med, "runs": runs},
                                                   indent=1))  # fmt: skip
     lines = [
-        "# Hot tokens, num_workers=0: CPU seconds per epoch (fresh process, construction to "
-        "last batch)",
+        f"# Hot {a.data.name}, num_workers=0: CPU seconds per epoch (fresh process, "
+        "construction to last batch)",
         "",
         f"{meta['date']}, medians of {a.reps} interleaved repetitions; "
         f"`python -m benchmarks.prof_hot cpu-w0 {' '.join(meta['argv'][1:])}`",
