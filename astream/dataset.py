@@ -671,6 +671,27 @@ class StreamingCore:
         batches, progress = self._start_iteration()
         return self._samples(batches, progress)
 
+    def _sample_lists(self) -> Iterator[Any] | None:
+        """The next iteration as one list iterator of decoded samples per planned batch
+        (``Engine.iter_samples(lists=True)``), for the ``num_workers=0`` StreamingDataLoader;
+        None (nothing started) where iterating does more than decode: ``pack_to``, a
+        ``transform``, a ``__getitem__``/``get_item`` or ``__iter__`` override."""
+        if (
+            self.pack is not None
+            or self.transform is not None
+            or _overrides(self)
+            or type(self).__iter__ is not StreamingCore.__iter__
+        ):
+            return None
+        if detect(self.cfg.replication).world.num_ranks > 1:
+            from astream.integrations.hf import resharding_error
+
+            err = resharding_error()
+            if err is not None:
+                raise err
+        batches, progress = self._start_iteration()
+        return self.engine.iter_samples(batches, progress, lists=True)
+
     def _samples(self, batches: Iterator[Any], progress: list[Any]) -> Iterator[Any]:
         """Decoded samples of ``batches``, through a ``__getitem__``/``get_item`` override or
         ``transform`` when the dataset has one."""

@@ -542,6 +542,7 @@ class ColumnBatch:
         self.files = files or []  # per buffer: what has ``fileno()`` (None: copy from bufs)
         self._views: list[memoryview] | None = None
         self._lens: dict[int, I64] = {}
+        self._sums: dict[int, int] = {}
 
     @property
     def specs(self) -> list[ColumnSpec]:
@@ -581,18 +582,24 @@ class ColumnBatch:
         for k, c in enumerate(self.specs):
             if c.kind == "fixed":
                 total += n * (c.size or 0) + 64
-                continue
-            nbytes = self._nbytes(k)
-            most = int(nbytes.max()) if n else 0
-            if c.kind == "str":
-                total += 4 * n * max(1, most) + 64
             elif c.kind in ("str_int", "str_float"):
                 total += 8 * n + 64
-            elif self.ragged == "offsets":
-                total += int(nbytes.sum()) + 8 * (n + 1) + 128
+            elif c.kind != "str" and self.ragged == "offsets":
+                total += self._total(k) + 8 * (n + 1) + 128
             else:
-                total += n * most + 8 * n + 128
+                most = int(self._nbytes(k).max()) if n else 0
+                if c.kind == "str":
+                    total += 4 * n * max(1, most) + 64
+                else:
+                    total += n * most + 8 * n + 128
         return total
+
+    def _total(self, k: int) -> int:
+        """Payload bytes of column ``k`` (variable or array) in the batch."""
+        got = self._sums.get(k)
+        if got is None:
+            got = self._sums[k] = int(self._nbytes(k).sum())
+        return got
 
     # -- phase 2 ------------------------------------------------------------------------------
     def finish(self, alloc: Alloc | None = None) -> dict[str, np.ndarray[Any, Any]]:
@@ -622,12 +629,13 @@ class ColumnBatch:
         n = len(srcs)
         if n == 0:
             return
-        if self.which is None and int(nbytes.sum()) <= _SMALL * n:
+        total = self._total(k) if nbytes is self._lens.get(k) else int(nbytes.sum())
+        if self.which is None and total <= _SMALL * n:
             _copy_small(flat, dsts, self.bufs[0], srcs, nbytes)
             return
         args = (dsts.tolist(), srcs.tolist(), nbytes.tolist(), self.which)
         dst = memoryview(flat)  # type: ignore[arg-type]
-        if self.files and int(nbytes.sum()) >= PREAD * n:
+        if self.files and total >= PREAD * n:
             _pread(dst, *args, self.files)
         else:
             _copy(dst, *args, self._views_of())

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from astream.core.encodings import UNSAFE_ENCODINGS, encode, get_coder
+from astream.core.encodings import NDARRAY_DTYPE_CODES, UNSAFE_ENCODINGS, encode, get_coder
 from astream.core.index import ShardEntry
 from astream.errors import ConfigError, FormatError, UnsafeEncodingError, UnsupportedEncodingError
 
@@ -177,6 +177,19 @@ def _fixed_reader(enc: str, size: int) -> Callable[[memoryview, int], Any] | Non
     return None
 
 
+_AT16 = struct.Struct("<H").unpack_from
+_AT32 = struct.Struct("<I").unpack_from
+
+
+def _one_dim(enc: str) -> np.dtype[Any] | None:
+    """The dtype of a dynamic-shape ``ndarray:DTYPE`` encoding (None for any other): the
+    generated decoder reads its 1-D values in place."""
+    name, _, config = enc.partition(":")
+    if name != "ndarray" or not config or ":" in config or config not in NDARRAY_DTYPE_CODES:
+        return None
+    return np.dtype(config)
+
+
 # encoding -> (struct code, numpy scalar type or None for a plain Python int)
 _INT_CODES: dict[str, tuple[str, Any]] = {
     "int": ("q", None),
@@ -258,7 +271,33 @@ class SampleDecoder:
                 n = str(size) if size is not None else lv[vi]
                 vi += size is None
                 lines.append(f"        p = {pos}")
-                lines.append(f"        v{i} = f{i}(mv[p : p + {n}])")
+                dt = _one_dim(enc) if size is None else None
+                if dt is None:
+                    lines.append(f"        v{i} = f{i}(mv[p : p + {n}])")
+                else:
+                    # a 1-D ``ndarray:DTYPE`` value read in place: its shape byte says ndim 1
+                    # and a u8/u16/u32 count that fills the value; anything else (and every
+                    # error) goes through the coder, which raises what it always raised
+                    ns[f"d{i}"] = dt
+                    ns["_fb"], ns["_u16"], ns["_u32"] = np.frombuffer, _AT16, _AT32
+                    lines += [
+                        f"        b = mv[p] if {n} >= 6 else 0",  # reads stay inside the value
+                        "        if b == 5:",
+                        "            (k,) = _u16(mv, p + 1)",
+                        "            q = p + 3",
+                        "        elif b == 4:",
+                        "            k = mv[p + 1]",
+                        "            q = p + 2",
+                        "        elif b == 6:",
+                        "            (k,) = _u32(mv, p + 1)",
+                        "            q = p + 5",
+                        "        else:",
+                        "            k = q = 0",
+                        f"        if k and k * {dt.itemsize} == {n} - (q - p):",
+                        f"            v{i} = _fb(mv, d{i}, k, q)",
+                        "        else:",
+                        f"            v{i} = f{i}(mv[p : p + {n}])",
+                    ]
                 pos = f"(p + {n})"
         lines.append("    except Exception as exc:")
         lines.append("        _fail(mv, None, c, exc)")

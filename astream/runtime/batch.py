@@ -157,8 +157,10 @@ def locate_batch(
     bufs: list[Any] = []
     files: list[OpenShard] = []
     bases: list[int] = []
+    by_shard, row_groups = layouts._by_shard, layouts.row_groups
+    held, used, tick = store.base, store.used, store.tick  # store.base_of, inlined
     for s, _positions, _locals in groups:
-        key, st = layouts.store(s)
+        key, st = by_shard.get(s) or layouts.store(s)
         if st is not store:
             raise ConfigError(
                 "batch output needs one column layout per batch; this batch mixes shards with "
@@ -166,14 +168,15 @@ def locate_batch(
                 "(iterate samples, or mix streams with the same columns)"
             )
         h = open_shard(s)
-        if s in layouts.row_groups:  # a Parquet row group: its decoded image
+        if s in row_groups:  # a Parquet row group: its decoded image
             buf, base = _locate_row_group(h, s, store, layouts)
             pq = True
         else:
             buf = h.buffer()
-            known = store.base_of(s)
+            known = held.get(s)
             if known is not None:
                 base = known
+                used[s] = tick
             else:
                 offsets = h.offsets_array()
                 base = store.add(s, shard_table(store.layout, buf, offsets))

@@ -257,13 +257,15 @@ class Engine:
         return _SyncReader(la, pf, opener, open_shard, tracker)
 
     def iter_samples(
-        self, batches: Batches, cursor: list[Any] | None = None
-    ) -> Iterator[dict[str, Any]]:
+        self, batches: Batches, cursor: list[Any] | None = None, lists: bool = False
+    ) -> Iterator[Any]:
         """Decoded samples of ``batches`` in order (synchronous consumer).
 
         ``cursor`` (``[samples of finished batches, iterator of the current batch, its size]``)
         lets the caller count the samples consumed at no per-sample cost: the current batch's
-        list iterator knows how many of its items are left."""
+        list iterator knows how many of its items are left. With ``lists`` (and a ``cursor``)
+        each batch's list iterator is yielded instead of its samples: the caller takes the
+        samples from it (the consumed count stays exact) with no generator step per sample."""
         stats = self._parts().stats
         la, pf, opener, open_shard, tracker = self._sync_reader(batches)
         multi = bool(stats.stream_samples)
@@ -289,7 +291,10 @@ class Engine:
                     cursor[0] += cursor[2]
                     cursor[1] = it = iter(batch)
                     cursor[2] = len(batch)
-                    yield from it
+                    if lists:
+                        yield it
+                    else:
+                        yield from it
         finally:
             pf.cancel()
             opener.release_all()

@@ -57,6 +57,7 @@ __all__ = [
     "RangeShard",
     "ShardOpener",
     "batch_groups",
+    "chunk_groups",
     "decode_batch",
 ]
 
@@ -544,6 +545,62 @@ def batch_groups(ids: np.ndarray[Any, np.dtype[np.int64]], catalog: Catalog) -> 
     for g in rank.tolist():
         a, b = st[g], en[g]
         out.append((sh[g], pos[a:b], loc[a:b]))
+    return out
+
+
+def chunk_groups(
+    chunk: list[np.ndarray[Any, np.dtype[np.int64]]], catalog: Catalog
+) -> list[BatchGroups]:
+    """:func:`batch_groups` of every batch of ``chunk`` (planned batches in order), in one
+    vectorised pass over all of them: one lookup, one stable sort by (batch, shard); Python
+    then only runs once per group, slicing lists made once for the chunk."""
+    if len(chunk) < 2:
+        return [batch_groups(b, catalog) for b in chunk]
+    sizes = np.fromiter((len(b) for b in chunk), np.int64, len(chunk))
+    n = int(sizes.sum())
+    if n == 0:
+        return [BatchGroups() for _ in chunk]
+    nb = len(chunk)
+    shard_a, local_a = catalog.locate(np.concatenate(chunk).astype(np.int64, copy=False))
+    local_a = np.asarray(local_a, np.int64)
+    bstart = np.zeros(nb + 1, np.int64)
+    np.cumsum(sizes, out=bstart[1:])
+    bi = np.repeat(np.arange(nb, dtype=np.int64), sizes)  # each position's batch
+    key = bi * (int(shard_a.max()) + 1) + shard_a
+    order = np.argsort(key, kind="stable")  # positions by (batch, shard), in batch order
+    skey = key[order]
+    cut = np.flatnonzero(skey[1:] != skey[:-1]) + 1
+    starts = np.concatenate(([0], cut))
+    ends = np.concatenate((cut, [n]))
+    first = order[starts]  # each run's first position: runs of a batch, first appearance first
+    rank = np.argsort(first, kind="stable")
+    run_batch = bi[first]
+    rstart = np.zeros(nb + 1, np.int64)
+    np.cumsum(np.bincount(run_batch, minlength=nb), out=rstart[1:])
+    at = np.empty(len(rank), np.int64)
+    at[rank] = np.arange(len(rank), dtype=np.int64)
+    which = np.empty(n, np.int64)
+    which[order] = np.repeat(at - rstart[run_batch], ends - starts)  # group within its batch
+    pos = (order - bstart[bi[order]]).tolist()  # position within its batch
+    loc = local_a[order].tolist()
+    sh, st, en = shard_a[first].tolist(), starts.tolist(), ends.tolist()
+    runs, rs, bs_ = rank.tolist(), rstart.tolist(), bstart.tolist()
+    out = []
+    for b in range(nb):
+        g = BatchGroups()
+        lo, hi = bs_[b], bs_[b + 1]
+        if hi > lo:
+            g.local = local_a[lo:hi]
+            mine = runs[rs[b] : rs[b + 1]]
+            if len(mine) == 1:
+                r = mine[0]
+                g.append((sh[r], list(range(hi - lo)), loc[st[r] : en[r]]))
+            else:
+                g.which = which[lo:hi]
+                for r in mine:
+                    a, e = st[r], en[r]
+                    g.append((sh[r], pos[a:e], loc[a:e]))
+        out.append(g)
     return out
 
 

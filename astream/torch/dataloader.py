@@ -19,12 +19,17 @@ deals any global position to any World.
 from __future__ import annotations
 
 import gc
+import itertools
+import warnings
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader
-from torch.utils.data.dataloader import _InfiniteConstantSampler
+from torch.utils.data._utils.fetch import _IterableDatasetFetcher
+from torch.utils.data._utils.pin_memory import pin_memory as _pin
+from torch.utils.data.dataloader import _InfiniteConstantSampler, _SingleProcessDataLoaderIter
 
 from astream.core.batchdecode import batch_rows
 from astream.errors import ConfigError
@@ -62,6 +67,102 @@ class _EpochSampler(_InfiniteConstantSampler):
         loader = self._loader()
         if loader is not None:
             loader.set_epoch(epoch)
+
+
+class _ListFetcher(_IterableDatasetFetcher):
+    """torch's fetcher of an iterable dataset, fed one list iterator of decoded samples per
+    planned batch (``StreamingCore._sample_lists``) instead of one sample per ``next``: a
+    loader batch is the next ``batch_size`` samples of those lists, the last one short
+    (dropped with ``drop_last``), exactly as torch's fetcher cuts the sample stream. Samples
+    are taken from the shared list iterators, so the dataset's own count of consumed samples
+    moves as it does under torch's fetcher."""
+
+    def __init__(self, dataset: Any, lists: Any, batch_size: int, collate_fn: Any, drop: bool):
+        self.dataset = dataset
+        self.auto_collation = True
+        self.collate_fn = collate_fn
+        self.drop_last = drop
+        self.dataset_iter = lists
+        self.ended = False
+        self.batch_size = batch_size
+        self._it: Any = None  # the current planned batch's list iterator
+
+    def take(self) -> Any:
+        """The next loader batch, collated (StopIteration at the end)."""
+        if self.ended:
+            raise StopIteration
+        bs = self.batch_size
+        it = self._it
+        if it is None:  # the common case: a planned batch is a loader batch
+            try:
+                it = next(self.dataset_iter)
+            except StopIteration:
+                self.ended = True
+                raise
+            if it.__length_hint__() == bs:
+                return self.collate_fn(list(it))
+        data = list(itertools.islice(it, bs))
+        while len(data) < bs:
+            try:
+                it = next(self.dataset_iter)
+            except StopIteration:
+                self.ended = True
+                it = None
+                break
+            data += itertools.islice(it, bs - len(data))
+        self._it = it if it is not None and it.__length_hint__() else None
+        if not data or (self.drop_last and len(data) < bs):
+            raise StopIteration
+        return self.collate_fn(data)
+
+    def fetch(self, possibly_batched_index: Any) -> Any:
+        return self.take()
+
+
+class _LeanIter(_SingleProcessDataLoaderIter):
+    """torch's ``num_workers=0`` iterator for a StreamingDataLoader, less the per-batch work
+    that does nothing here: the profiler range (kept while a torch profiler records), the
+    index sampler (an iterable dataset's yields only ``None``) and, for sample dicts, one
+    generator step per sample (:class:`_ListFetcher`). Batches, their order, ``pin_memory``,
+    the warning past ``len`` and the end are torch's."""
+
+    def __init__(self, loader: StreamingDataLoader, lists: Any) -> None:
+        if lists is None:
+            super().__init__(loader)  # batch_format: the view's items are whole batches
+            self._take = self._next_item
+        else:
+            # torch's __init__ less its fetcher, which would start a second iteration
+            super(_SingleProcessDataLoaderIter, self).__init__(loader)
+            if self._timeout != 0:
+                raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
+            self._dataset_fetcher = _ListFetcher(
+                self._dataset, lists, int(loader.batch_size or 1), self._collate_fn, self._drop_last
+            )
+            self._take = self._dataset_fetcher.take
+
+    def _next_item(self) -> Any:
+        return self._collate_fn(next(self._dataset_fetcher.dataset_iter))
+
+    def _next_data(self) -> Any:
+        data = self._take()
+        if self._pin_memory:
+            data = _pin(data, self._pin_memory_device)  # type: ignore[no-untyped-call]
+        return data
+
+    def __next__(self) -> Any:
+        if torch.autograd._profiler_enabled():  # type: ignore[attr-defined]
+            return super().__next__()
+        data = self._next_data()
+        self._num_yielded += 1
+        limit = self._IterableDataset_len_called
+        if limit is not None and self._num_yielded > limit:
+            warnings.warn(
+                f"Length of IterableDataset {self._dataset} was reported to be {limit}"
+                f"(when accessing len(dataloader)), but {self._num_yielded} samples have been "
+                "fetched. ",
+                stacklevel=2,
+            )
+        return data
 
 
 class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
@@ -204,6 +305,14 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
         and the trainer's heap), so its first collections neither cost a full pass over them
         nor touch, and so copy, their pages (the Python docs' advice for fork without exec)."""
         if self.num_workers == 0:
+            if self._pack is not None or self.timeout != 0:
+                return super()._get_iterator()
+            if self._columns:
+                return _LeanIter(self, None)
+            if self._auto_collation and self.dataset is self._core:
+                lists = self._core._sample_lists()
+                if lists is not None:
+                    return _LeanIter(self, lists)
             return super()._get_iterator()
         gc.freeze()
         try:
