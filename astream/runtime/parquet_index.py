@@ -40,12 +40,16 @@ from typing import Any
 from astream.core.index import Index
 from astream.core.parquet import (
     INDEX_NAME,
+    CompactTable,
     ParquetFile,
     ParquetTable,
     RowGroup,
-    dump_table,
+    compact_shards,
+    compact_table,
+    dump_compact,
+    is_compact,
+    load_compact,
     parse_table,
-    row_group_shards,
     select_keys,
 )
 from astream.errors import (
@@ -56,7 +60,6 @@ from astream.errors import (
 )
 from astream.runtime.binding import (
     Binding,
-    index_digest,
     is_entry,
     mark_entry,
     meta_dir,
@@ -231,15 +234,19 @@ async def _objects(
     return [listed[k] for k in keys], INDEX_NAME in listed
 
 
-def _read_cached(path: str) -> tuple[ParquetTable, bytes] | None:
-    """The cached index and its bytes (None: absent or damaged)."""
+def _read_cached(path: str) -> tuple[CompactTable, bytes] | None:
+    """The cached index (as columns) and its bytes; None: absent or damaged. A cache in the
+    older JSON form is read through the validating parser (and rewritten compact)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         return None
+    if is_compact(data):
+        ct = load_compact(data)  # its digest checked: astream wrote it, nothing else to check
+        return None if ct is None else (ct, data)
     try:
-        return parse_table(data, path), data
+        return compact_table(parse_table(data, path)), b""
     except FormatError:
         return None  # a damaged cache is rebuilt from the footers
 
@@ -265,25 +272,49 @@ async def build_table(
     use_published: bool = True,
 ) -> tuple[ParquetTable, int]:
     """The table's index and the number of footers read (0 on a warm start)."""
-    known: dict[str, list[ParquetFile]] = {}
-    for f in cached.files if cached is not None else ():
-        known.setdefault(f.key, []).append(f)
+    ct = None if cached is None else compact_table(cached)
+    table, read = await _build(store, files, split, ct, use_published)
+    return (table.table() if isinstance(table, CompactTable) else table), read
+
+
+async def _build(
+    store: ObjectStore,
+    files: list[str] | None,
+    split: str | None,
+    cached: CompactTable | None,
+    use_published: bool,
+) -> tuple[ParquetTable | CompactTable, int]:
+    """``cached`` itself when the objects are exactly its files (the warm start: no object per
+    file or row group is made); else the table, footers read for the files no index knows."""
+    at = {} if cached is None else {k: i for i, k in enumerate(cached.keys)}
     tails: dict[str, bytes] = {}
-    infos, maybe_published = await _objects(store, files, split, list(known), tails)
-    if (
-        use_published
-        and maybe_published
-        and any(not any(_same(i, f) for f in known.get(i.key, ())) for i in infos)
-    ):
+    infos, maybe_published = await _objects(store, files, split, list(at), tails)
+
+    def hit(j: int, info: ObjectInfo) -> int | None:
+        """The cached file ``info`` is, if any."""
+        assert cached is not None
+        i = at.get(info.key)
+        if i is None or int(cached.sizes[i]) != info.size:
+            return None
+        return i if info.etag is None or cached.etags[i] == info.etag else None
+
+    matched = [None if cached is None else hit(j, i) for j, i in enumerate(infos)]
+    if cached is not None and len(infos) == len(cached) and matched == list(range(len(infos))):
+        return cached, 0
+    known: dict[str, list[ParquetFile]] = {}
+    if use_published and maybe_published and any(m is None for m in matched):
         pub = await _published(store)
         for f in pub.files if pub is not None else ():
             known.setdefault(f.key, []).append(f)
     out: list[ParquetFile | None] = []
     todo: list[tuple[int, ObjectInfo]] = []
-    for i in infos:
-        match = next((f for f in known.get(i.key, ()) if _same(i, f)), None)
-        if match is None and i.key in known:
-            old = known[i.key][0]
+    for i, m in zip(infos, matched):
+        assert cached is not None or m is None
+        match = cached.file(m) if cached is not None and m is not None else None
+        if match is None:
+            match = next((f for f in known.get(i.key, ()) if _same(i, f)), None)
+        if match is None and (i.key in known or i.key in at):
+            old = known[i.key][0] if i.key in known else cached.file(at[i.key])  # type: ignore[union-attr]
             raise FormatError(
                 f"changed since its Parquet index was built (was {old.size} bytes, etag "
                 f"{old.etag}; now {i.size} bytes, etag {i.etag}): its rows would no longer be "
@@ -350,10 +381,12 @@ async def _load(
     path = os.path.join(meta_dir(local), CACHE_NAME)
     hit = _read_cached(path)
     cached = None if hit is None else hit[0]
-    table, read = await build_table(store, files=files, split=split, cached=cached)
-    # a warm start over the same files serialises nothing again: the cached bytes are its own
-    data = hit[1] if hit is not None and table.files == hit[0].files else dump_table(table)
-    if cached is None or read or len(table.files) != len(cached.files):
+    table, _ = await _build(store, files, split, cached, True)
+    if table is cached and hit is not None and hit[1]:
+        ct, data = cached, hit[1]  # a warm start over the same files writes nothing
+    else:
+        ct = table if isinstance(table, CompactTable) else compact_table(table)
+        data = dump_compact(ct)
         try:
             write_atomic(path, data, local)
         except OSError:
@@ -363,8 +396,8 @@ async def _load(
         for d in new_dirs(local):
             if not is_entry(d):
                 mark_entry(d, store.url)
-        digest = index_digest(data)
+        digest = data[-32:].hex()  # the compact file's own blake2b of its contents
         bound = read_binding(local)
         if bound is None or bound.digest != digest:
             write_binding(local, Binding(store.url, digest))
-    return Index(list(row_group_shards(table, columns)))
+    return Index(compact_shards(ct, columns))
