@@ -33,6 +33,7 @@ missing, truncated or corrupt is a :class:`FormatError` naming the object's URL.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import struct
 from typing import Any
@@ -73,6 +74,7 @@ from astream.storage.base import ObjectInfo, ObjectStore
 __all__ = ["build_table", "footer_file", "load_parquet", "CACHE_NAME"]
 
 CACHE_NAME = "parquet-index.bin"  # under local/.astream/
+PUBLISHED_MARK = ".published"  # beside it: the published index a cache was made from
 TAIL = 64 << 10  # bytes read from the end of each object: the footer, in one GET usually
 CONCURRENCY = 64  # footer reads in flight
 LIST_CONCURRENCY = 16  # key ranges listed at once on a warm start (S3, GCS)
@@ -339,6 +341,43 @@ async def _build(
     return ParquetTable(tuple(f for f in out if f is not None)), len(todo)
 
 
+async def _from_published(
+    store: ObjectStore, path: str, hit: tuple[CompactTable, bytes] | None, split: str | None
+) -> tuple[ParquetTable | CompactTable, dict[str, Any] | None]:
+    """The table the published index defines, without listing the root: one HEAD of the index
+    object; the cached table when it was made from that same object (its identity and the
+    split are recorded beside the cache, with the cache's digest), else one GET of it
+    (conditional on that identity) and its validating parse. Returns the table and, when it
+    is not the cached one, the record to write beside the new cache."""
+    url = store.url_for(INDEX_NAME)
+    try:
+        head = await store.head(INDEX_NAME)
+    except ObjectNotFoundError:
+        raise ConfigError(
+            f"index_source='published': there is no published index {url}; write it with "
+            f"`astream index {store.url}`, or list the files (index_source=None)"
+        ) from None
+    want = {"size": head.size, "etag": head.etag, "split": split}
+    if hit is not None and hit[1]:
+        try:
+            with open(path + PUBLISHED_MARK, "rb") as f:
+                mark = json.loads(f.read())
+        except (OSError, ValueError):
+            mark = None
+        if mark == {**want, "digest": hit[1][-32:].hex()}:
+            return hit[0], None
+    data = await store.get_range(INDEX_NAME, etag=head.etag)
+    if len(data) != head.size:
+        raise FormatError(f"read {len(data)} bytes, its HEAD said {head.size}", url)
+    pub = parse_table(data, url)
+    keys = set(select_keys([f.key for f in pub.files], split))
+    table = ParquetTable(tuple(f for f in pub.files if f.key in keys))
+    if not table.files:
+        where = url + (f" (split {split!r})" if split else "")
+        raise EmptyDatasetError(f"the published index lists no *.parquet objects: {where}")
+    return table, want
+
+
 async def load_parquet(
     store: ObjectStore,
     local: str,
@@ -347,9 +386,11 @@ async def load_parquet(
     files: list[str] | None,
     split: str | None,
     in_place: bool,
+    published: bool = False,
 ) -> Index:
     """The stream's virtual-shard index (see the module docstring). ``in_place``: ``local`` is
-    the data directory itself (no remote), whose cache index is best-effort."""
+    the data directory itself (no remote), whose cache index is best-effort. ``published``:
+    the table is the published index's files, the root is not listed (:func:`_from_published`)."""
     # pyarrow is imported here even when no footer is read (warm start): DataLoader workers
     # forked from this process then inherit it instead of each importing it (~0.3-1 s a
     # worker, every epoch) before its first row group. In a thread, while the listing (and
@@ -357,7 +398,7 @@ async def load_parquet(
     imported = asyncio.ensure_future(asyncio.to_thread(_pq))
     try:
         return await _load(store, local, columns=columns, files=files, split=split,
-                           in_place=in_place)  # fmt: skip
+                           in_place=in_place, published=published)  # fmt: skip
     finally:
         await imported
 
@@ -370,6 +411,7 @@ async def _load(
     files: list[str] | None,
     split: str | None,
     in_place: bool,
+    published: bool,
 ) -> Index:
     if not in_place:
         bound = read_binding(local)
@@ -381,7 +423,11 @@ async def _load(
     path = os.path.join(meta_dir(local), CACHE_NAME)
     hit = _read_cached(path)
     cached = None if hit is None else hit[0]
-    table, _ = await _build(store, files, split, cached, True)
+    mark: dict[str, Any] | None = None
+    if published:
+        table, mark = await _from_published(store, path, hit, split)
+    else:
+        table, _ = await _build(store, files, split, cached, True)
     if table is cached and hit is not None and hit[1]:
         ct, data = cached, hit[1]  # a warm start over the same files writes nothing
     else:
@@ -389,6 +435,9 @@ async def _load(
         data = dump_compact(ct)
         try:
             write_atomic(path, data, local)
+            if mark is not None:
+                mark["digest"] = data[-32:].hex()
+                write_atomic(path + PUBLISHED_MARK, json.dumps(mark).encode(), local)
         except OSError:
             if not in_place:
                 raise  # a read-only data directory just goes without a cached index
