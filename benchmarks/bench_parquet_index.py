@@ -22,6 +22,9 @@ Per rep and per N, interleaved, each in a fresh process:
   ``list_serial_s + get_tails_s``, the warm floor ``list_split_s``; astream's own overhead is
   what it takes above them.
 
+Each record also has the requests the proxy saw and the most it served at once
+(``proxy_peak_in_flight``: the cold start's concurrency, against the floor's 64).
+
 The objects are ``N`` one-row-group Parquet files (4 rows, ~1 KiB each), through the harness's
 shaping proxy at ``--latency-ms`` per request (as ``bench_parquet``'s index case).
 """
@@ -229,10 +232,11 @@ def main() -> int:
                         spec = {"remote": str(work / f"small-{n}"), "cache": str(cache)}
                     else:
                         spec = {"endpoint": s3.endpoint, "prefix": f"small-{n}"}
-                    before = s3.control("stats")
+                    s3.control("reset")
                     r = run(side, spec)
                     after = s3.control("stats")
-                    r["proxy_requests"] = after["requests"] - before["requests"]
+                    r["proxy_requests"] = after["requests"]
+                    r["proxy_peak_in_flight"] = after.get("peak_in_flight")
                     records.append({"files": n, "side": side, "rep": rep, **r})
                     log(f"{n} {side} rep{rep}: {r}")
     (a.out / "results.json").write_text(

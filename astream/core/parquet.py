@@ -20,7 +20,18 @@ projection, so a changed object or another projection can never be served stale 
 The index serialises to one binary file (:func:`dump_table`, :func:`parse_table`):
 ``b"ASTPQIX1" | u64 json length | JSON | footer bytes``; the JSON gives each footer's offset
 and length in the blob. Untrusted bytes are validated field by field (``FormatError`` naming the
-source), like ``index.json``.
+source), like ``index.json``: that is the published form (``astream index``).
+
+The cache astream writes for itself is the *compact* form (:class:`CompactTable`,
+:func:`dump_compact`, :func:`load_compact`): the same table as columns -- one int64 array per
+field, with offsets for the nesting (files -> row groups -> column cells -> byte ranges) --
+plus the keys, identities, distinct schemas and footers, ending in a blake2b-256 digest of
+the file. Loading it checks the digest and the arrays' lengths, nothing field by field (a
+mismatch: ``None``, the caller rebuilds). :func:`compact_shards` builds the virtual shards
+from it as a :class:`RowGroupTable` (a :class:`ShardTable` whose columns are computed with
+numpy -- the bytes each row group's projected chunks cover come from one sorted pass over all
+ranges -- and whose :class:`RowGroupShard` entries are made when asked):
+``list(compact_shards(compact_table(t), c)) == row_group_shards(t, c)``, errors included.
 """
 
 from __future__ import annotations

@@ -26,6 +26,17 @@ virtual shards (:mod:`astream.core.parquet`):
    :class:`~astream.errors.ObjectChangedError`.
 4. The local cache is rewritten (atomically) when it gained or lost files.
 
+The local cache is the compact form (:class:`~astream.core.parquet.CompactTable`: columns,
+digest-checked): a warm start whose listing is exactly the cached files (same keys in the same
+order, sizes and identities) returns it as is and builds the virtual shards from its arrays
+(:func:`~astream.core.parquet.compact_shards`); only a start that found new, removed or
+changed files makes :class:`ParquetFile` objects (for the files it keeps, from the columns).
+
+``published=True`` (``index_source="published"``) skips the listing: the table is the files
+of the published index (:func:`_from_published`: one HEAD of it while the cache was made from
+that same object, else one conditional GET and the validating parse). Reads stay conditional
+on the published identities, so a rewritten file is an ObjectChangedError when read.
+
 pyarrow parses the footer Thrift (imported lazily: the ``[parquet]`` extra). A footer that is
 missing, truncated or corrupt is a :class:`FormatError` naming the object's URL.
 """
@@ -358,7 +369,7 @@ async def _from_published(
             f"`astream index {store.url}`, or list the files (index_source=None)"
         ) from None
     want = {"size": head.size, "etag": head.etag, "split": split}
-    if hit is not None and hit[1]:
+    if hit is not None and hit[1] and head.etag is not None:  # no identity: always GET it
         try:
             with open(path + PUBLISHED_MARK, "rb") as f:
                 mark = json.loads(f.read())
