@@ -9,13 +9,17 @@ Per rep and per N, interleaved, each in a fresh process:
 - ``astream-s3``: ``StreamingDataset(remote="s3://.../small-N", format="parquet")`` with an
   empty cache (``cold_s``: list + one tail GET per file), then again over that cache
   (``warm_s``: the listing only -- on S3 the key ranges cut at the cached keys, concurrently).
+  ``cold_list_s``/``warm_list_s``: the listing's wall time inside them (astream's
+  ``_list_all``, timed by wrapping it); ``warm_own_s``: the rest of the warm start, astream's
+  own work.
 - ``astream-s3-pub``: ``index_source="published"`` over a copy of the files with an index
   published next to them (``astream index``, before the reps): ``cold_s`` (an empty cache:
   one HEAD and one GET of the published index, its validating parse), ``warm_s`` (one HEAD).
 - ``astream-local``: the same as ``astream-s3`` over the local directory (its own cache).
 - with ``--base DIR`` (a source tree of another commit, e.g. ``git archive``): ``base-s3`` and
-  ``base-local``, the ``astream-s3``/``astream-local`` sides run by that tree's code, in the
-  same reps -- a before/after measured interleaved.
+  ``base-local``, the ``astream-s3``/``astream-local`` sides (this file's side code) run with
+  that tree's ``astream`` package, in the same reps -- a before/after measured interleaved
+  (each record names the ``astream`` it imported: ``astream_from``).
 - ``floor-s3``: aiobotocore alone: the serial listing (``list_serial_s``), the same key
   ranges listed concurrently with ``StartAfter`` (``list_split_s``), and a ranged GET of every
   object's last 64 KiB at concurrency 64 (``get_tails_s``). The cold floor is
@@ -53,16 +57,34 @@ PAGE = 1000  # S3 list page (astream's default list_page_size)
 
 def side_astream(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
+    import astream
     from astream import StreamingDataset
+    from astream.runtime import parquet_index
 
-    out: dict[str, Any] = {"import_s": time.perf_counter() - t0}
+    out: dict[str, Any] = {"import_s": time.perf_counter() - t0, "astream_from": astream.__file__}
+    # the listing's own wall time (astream's _list_all, in this tree and older ones), so that
+    # a start splits into the listing and astream's own work around it
+    listed = [0.0]
+    real_list = parquet_index._list_all
+
+    async def timed_list(*args: Any, **kw: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return await real_list(*args, **kw)
+        finally:
+            listed[0] += time.perf_counter() - t
+
+    parquet_index._list_all = timed_list  # type: ignore[assignment]
     for phase in ("cold", "warm"):
+        listed[0] = 0.0
         t0 = time.perf_counter()
         kw = {"index_source": spec["index_source"]} if spec.get("index_source") else {}
         ds = StreamingDataset(
             remote=spec["remote"], local=spec["cache"], format="parquet", batch_size=1, **kw
         )
         out[f"{phase}_s"] = time.perf_counter() - t0
+        out[f"{phase}_list_s"] = listed[0]
+        out[f"{phase}_own_s"] = out[f"{phase}_s"] - listed[0]
         out["rows"] = len(ds)
     return out
 
@@ -187,10 +209,15 @@ def main() -> int:
     )
 
     def run(side: str, spec: dict[str, Any]) -> dict[str, Any]:
-        if side in BASE_SIDES:  # that tree's code only (-P: not this checkout's, the cwd)
-            cmd = [sys.executable, "-P", "-m", "benchmarks.bench_parquet_index", "--side"]
+        if side in BASE_SIDES:  # that tree's astream, this file's side code (-P: no cwd)
+            launch = (
+                f"import sys; sys.path.insert(0, {str(a.base.resolve())!r}); import astream; "
+                f"sys.path.insert(0, {str(ROOT)!r}); "
+                "from benchmarks.bench_parquet_index import main; raise SystemExit(main())"
+            )
+            cmd = [sys.executable, "-P", "-c", launch, "--side"]
             cmd.append(json.dumps({"side": BASE_SIDES[side], **spec}))
-            r, stderr = side_result(cmd, {**env, "PYTHONPATH": str(a.base.resolve())}, a.timeout)
+            r, stderr = side_result(cmd, {**env, "PYTHONPATH": ""}, a.timeout)
         else:
             cmd = [sys.executable, "-m", "benchmarks.bench_parquet_index", "--side"]
             cmd.append(json.dumps({"side": side, **spec}))
@@ -247,7 +274,8 @@ def main() -> int:
         row: dict[str, Any] = {}
         for side in sides:
             rs = [r for r in records if r["files"] == n and r["side"] == side]
-            keys = ("cold_s", "warm_s", "list_serial_s", "list_split_s", "get_tails_s")
+            keys = ("cold_s", "warm_s", "cold_list_s", "warm_list_s", "warm_own_s",
+                    "list_serial_s", "list_split_s", "get_tails_s")  # fmt: skip
             row[side] = {k: _median(rs, k) for k in keys if _median(rs, k) is not None}
             row[side]["errors"] = [r.get("reason") for r in rs if r.get("status") != "ok"]
         fl = row["floor-s3"]
