@@ -172,3 +172,27 @@ def test_damaged_and_old_caches_are_rebuilt(tmp_path: Any, monkeypatch: pytest.M
     assert [x["label"] for x in _ds(root, local)] == want and reads == []
     assert Path(path).read_bytes() == good  # rewritten compact
     shutil.rmtree(local)
+
+
+def test_warm_start_makes_no_file_objects(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over an unchanged table, a warm start builds one ParquetFile (the first shard's entry:
+    the dataset checks each shard configuration once), not one per file: the shards come from
+    the cached arrays; a read makes the file it reads."""
+    from astream.core import parquet
+
+    root = str(tmp_path / "t")
+    write_table(root, [(30, 7), (20, 16), (10, 5)])
+    local = str(tmp_path / "c")
+    want = [x["label"] for x in _ds(root, local)]
+    made: list[str] = []
+    real = parquet.CompactTable.file
+
+    def counting(self: Any, i: int) -> Any:
+        if i not in self._files:
+            made.append(self.keys[i])
+        return real(self, i)
+
+    monkeypatch.setattr(parquet.CompactTable, "file", counting)
+    ds = _ds(root, local)
+    assert len(ds) == 60 and made == ["part-0.parquet"]
+    assert ds[35]["label"] == want[35] and "part-1.parquet" in made
