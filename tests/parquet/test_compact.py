@@ -196,3 +196,20 @@ def test_warm_start_makes_no_file_objects(tmp_path: Any, monkeypatch: pytest.Mon
     ds = _ds(root, local)
     assert len(ds) == 60 and made == ["part-0.parquet"]
     assert ds[35]["label"] == want[35] and "part-1.parquet" in made
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), _RANGE), max_size=30))
+def test_union_bytes_both_ways(rows: list[tuple[int, tuple[int, int]]]) -> None:
+    """The shifted single pass and the group-by-group fallback (taken when the shifted offsets
+    would overflow int64: huge objects) give merge_ranges' covered bytes."""
+    import numpy as np
+
+    from astream.core.parquet import _union_bytes, merge_ranges
+
+    gid = np.array([g for g, _ in rows], dtype=np.int64)
+    s = np.array([r[0] for _, r in rows], dtype=np.int64)
+    e = np.array([r[1] for _, r in rows], dtype=np.int64)
+    want = [sum(b - a for a, b in merge_ranges([r for g2, r in rows if g2 == g])) for g in range(5)]
+    assert _union_bytes(gid, s, e, 5, 600).tolist() == want
+    assert _union_bytes(gid, s, e, 5, 1 << 61).tolist() == want  # the fallback
