@@ -223,14 +223,15 @@ def _skip(batches: Iterator[np.ndarray[Any, Any]], n: int) -> Iterator[np.ndarra
 
 
 def _with_format(kw: dict[str, Any]) -> dict[str, Any] | None:
-    """``stream_config`` with the dataset's ``format``/``columns``/``files`` added (they build
-    the single stream of ``remote``/``local``); a clash or a use with ``streams`` is refused."""
+    """``stream_config`` with the dataset's ``format``/``columns``/``files``/``index_source``
+    added (they build the single stream of ``remote``/``local``); a clash or a use with
+    ``streams`` is refused."""
     from astream.stream import FORMATS
 
     if kw["format"] not in FORMATS:
         raise ConfigError(f"format must be one of {FORMATS}, got {kw['format']!r}")
     config = kw["stream_config"]
-    given = {k: kw[k] for k in ("columns", "files") if kw[k] is not None}
+    given = {k: kw[k] for k in ("columns", "files", "index_source") if kw[k] is not None}
     if kw["format"] != "mds":
         given["format"] = kw["format"]
     if not given:
@@ -272,8 +273,8 @@ class StreamingCore:
     iterate fixed-length sequences of ``pack_to`` tokens packed from the integer array column
     ``pack_column``, with ``position_ids`` and ``segment_ids``; ``pack_last`` ``"pad"`` (with
     ``pack_pad_id``) or ``"drop"`` for each consumer's trailing tokens (docs/batches.md).
-    ``format`` (``"mds"`` or ``"parquet"``), ``columns`` and ``files`` are ``Stream``'s, for
-    the single stream of ``remote``/``local`` (docs/parquet.md).
+    ``format`` (``"mds"`` or ``"parquet"``), ``columns``, ``files`` and ``index_source`` are
+    ``Stream``'s, for the single stream of ``remote``/``local`` (docs/parquet.md).
     """
 
     pack: Any = None  # a PackSpec with pack_to (astream.packing.setup; docs/batches.md)
@@ -317,6 +318,7 @@ class StreamingCore:
         format: str = "mds",
         columns: list[str] | None = None,
         files: list[str] | None = None,
+        index_source: str | None = None,
         range_first_batches: int = 1,
     ) -> None:
         kw = dict(locals())

@@ -29,7 +29,10 @@ by several datasets.
   (a table of ``*.parquet`` objects under ``remote``/``local``, each row group a virtual shard;
   see docs/parquet.md). Parquet only: ``columns`` (the projection; None: every column),
   ``files`` (keys relative to the root instead of listing it) and ``split`` (a Hugging Face
-  split: ``data/train-*.parquet``, not a sub-directory).
+  split: ``data/train-*.parquet``, not a sub-directory) and ``index_source`` (None or
+  ``"list"``: the files are the listing's, checked against any cached index; ``"published"``:
+  the files are those of the index ``astream index`` published next to the data, and the
+  prefix is not listed -- see docs/parquet.md).
 
 ``streams_registry`` maps names to ``Stream`` classes (``"stream"`` is :class:`Stream`): a
 ``StreamingDataset(remote=..., stream_name="mine", stream_config={...})`` builds its single
@@ -119,6 +122,20 @@ def _str_list(name: str, value: object, fmt: str) -> list[str] | None:
     return out
 
 
+def _index_source(value: object, fmt: str, files: list[str] | None) -> str | None:
+    if value is None or value == "list":
+        return None
+    if value != "published":
+        raise ConfigError(f"index_source must be 'list', 'published' or None, got {value!r}")
+    if fmt != "parquet":
+        raise ConfigError(f"index_source is for format='parquet' streams (format={fmt!r})")
+    if files is not None:
+        raise ConfigError(
+            "index_source='published': the published index defines the files; give no `files`"
+        )
+    return "published"
+
+
 def _opt_hash(value: object) -> str | None:
     if value is None or value == "":
         return None  # the reference treats an empty name as no validation
@@ -149,6 +166,7 @@ class Stream:
         format: str = "mds",
         columns: list[str] | None = None,
         files: list[str] | None = None,
+        index_source: str | None = None,
     ) -> None:
         if format not in FORMATS:
             raise ConfigError(f"format must be one of {FORMATS}, got {format!r}")
@@ -159,6 +177,7 @@ class Stream:
             for k in self.files:
                 if k.startswith("/") or ".." in k.split("/") or "://" in k:
                     raise ConfigError(f"files: {k!r} must be a key relative to the remote/local")
+        self.index_source = _index_source(index_source, format, self.files)
         self.remote = _opt_str("remote", _fspath(remote))
         self.local = _opt_str("local", _fspath(local))
         self.split = _opt_str("split", split) or ""
@@ -199,6 +218,8 @@ class Stream:
         fields = ("remote", "local", "split", "proportion", "repeat", "choose", "columns")
         shown = ", ".join(f"{f}={getattr(self, f)!r}" for f in fields if getattr(self, f))
         fmt = ", format='parquet'" if self.format == "parquet" else ""
+        if self.index_source:
+            fmt += f", index_source={self.index_source!r}"
         return f"Stream({shown}{fmt})"
 
 

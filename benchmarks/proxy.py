@@ -9,7 +9,8 @@ proxy never exceeds ``bandwidth_mbps`` (0 = unlimited). It counts requests and b
 both directions, which is how the benchmark measures what each library transferred.
 
 Control endpoints live under ``/__bench__/`` (an S3 bucket name cannot contain ``_``):
-``GET stats`` returns the counters as JSON, ``POST reset`` zeroes them, ``POST config`` with
+``GET stats`` returns the counters (requests, body bytes, the peak number of requests in
+flight) as JSON, ``POST reset`` zeroes them, ``POST config`` with
 query ``latency_ms`` / ``bandwidth_mbps`` changes the shaping. Run as a process:
 ``python -m benchmarks.proxy --upstream http://127.0.0.1:PORT``; it prints ``READY <port>``.
 """
@@ -44,6 +45,8 @@ class Proxy:
         self.ranged_requests = 0
         self.bytes_out = 0
         self.bytes_in = 0
+        self.in_flight = 0
+        self.peak_in_flight = 0  # requests being served at once, at most (since the reset)
 
     def stats(self) -> dict[str, float]:
         return {
@@ -51,6 +54,7 @@ class Proxy:
             "ranged_requests": self.ranged_requests,
             "bytes_out": self.bytes_out,
             "bytes_in": self.bytes_in,
+            "peak_in_flight": self.peak_in_flight,
             "latency_ms": self.latency_ms,
             "bandwidth_mbps": self.bandwidth_mbps,
         }
@@ -78,6 +82,15 @@ class Proxy:
         return web.json_response(self.stats())
 
     async def forward(self, request: web.Request) -> web.StreamResponse:
+        assert self.session is not None
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            return await self._forward(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
         assert self.session is not None
         t0 = time.monotonic()
         self.requests += 1

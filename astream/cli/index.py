@@ -8,7 +8,8 @@ Hugging Face layout) are read by ranged GETs, concurrently, into the index that
 (:mod:`astream.runtime.parquet_index`); it is written to ``<url>/_astream_parquet_index.bin``.
 A dataset over that URL then reads no footer at all, even with a fresh cache -- what read-only
 consumers of a shared table want. A file changed after the index was written is detected by
-its size/ETag and refused (rebuild with this command).
+its size/ETag and refused (rebuild with this command). With ``index_source="published"`` the
+published index is the table itself and the URL is not listed (see docs/parquet.md).
 
 :func:`read_table` and :func:`describe_table` also serve ``astream inspect`` on a Parquet table.
 """

@@ -254,10 +254,14 @@ def _group_ranges(f: Any, g: int) -> list[tuple[int, int]]:
 
 
 async def _fetch_group(store: Any, f: Any, g: int) -> bytes:
-    """Every column chunk of row group ``g`` of ``f``, concatenated in object order."""
+    """Every column chunk of row group ``g`` of ``f``, concatenated in object order; each read
+    conditional on the identity the footer was indexed with: a file rewritten since is an
+    ``ObjectChangedError``, never rows of two versions of it."""
     import asyncio
 
-    parts = await asyncio.gather(*(store.get_range(f.key, s, e) for s, e in _group_ranges(f, g)))
+    parts = await asyncio.gather(
+        *(store.get_range(f.key, s, e, etag=f.etag) for s, e in _group_ranges(f, g))
+    )
     return b"".join(parts)
 
 

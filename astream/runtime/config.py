@@ -554,6 +554,7 @@ def _parquet_plan(item: Any, split: str | None) -> dict[str, Any] | None:
     return {
         "columns": getattr(item, "columns", None),
         "files": getattr(item, "files", None),
+        "published": getattr(item, "index_source", None) == "published",
         "split": split or None,
     }
 

@@ -26,6 +26,17 @@ virtual shards (:mod:`astream.core.parquet`):
    :class:`~astream.errors.ObjectChangedError`.
 4. The local cache is rewritten (atomically) when it gained or lost files.
 
+The local cache is the compact form (:class:`~astream.core.parquet.CompactTable`: columns,
+digest-checked): a warm start whose listing is exactly the cached files (same keys in the same
+order, sizes and identities) returns it as is and builds the virtual shards from its arrays
+(:func:`~astream.core.parquet.compact_shards`); only a start that found new, removed or
+changed files makes :class:`ParquetFile` objects (for the files it keeps, from the columns).
+
+``published=True`` (``index_source="published"``) skips the listing: the table is the files
+of the published index (:func:`_from_published`: one HEAD of it while the cache was made from
+that same object, else one conditional GET and the validating parse). Reads stay conditional
+on the published identities, so a rewritten file is an ObjectChangedError when read.
+
 pyarrow parses the footer Thrift (imported lazily: the ``[parquet]`` extra). A footer that is
 missing, truncated or corrupt is a :class:`FormatError` naming the object's URL.
 """
@@ -33,6 +44,7 @@ missing, truncated or corrupt is a :class:`FormatError` naming the object's URL.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import struct
 from typing import Any
@@ -40,12 +52,16 @@ from typing import Any
 from astream.core.index import Index
 from astream.core.parquet import (
     INDEX_NAME,
+    CompactTable,
     ParquetFile,
     ParquetTable,
     RowGroup,
-    dump_table,
+    compact_shards,
+    compact_table,
+    dump_compact,
+    is_compact,
+    load_compact,
     parse_table,
-    row_group_shards,
     select_keys,
 )
 from astream.errors import (
@@ -56,7 +72,6 @@ from astream.errors import (
 )
 from astream.runtime.binding import (
     Binding,
-    index_digest,
     is_entry,
     mark_entry,
     meta_dir,
@@ -70,6 +85,7 @@ from astream.storage.base import ObjectInfo, ObjectStore
 __all__ = ["build_table", "footer_file", "load_parquet", "CACHE_NAME"]
 
 CACHE_NAME = "parquet-index.bin"  # under local/.astream/
+PUBLISHED_MARK = ".published"  # beside it: the published index a cache was made from
 TAIL = 64 << 10  # bytes read from the end of each object: the footer, in one GET usually
 CONCURRENCY = 64  # footer reads in flight
 LIST_CONCURRENCY = 16  # key ranges listed at once on a warm start (S3, GCS)
@@ -231,15 +247,19 @@ async def _objects(
     return [listed[k] for k in keys], INDEX_NAME in listed
 
 
-def _read_cached(path: str) -> tuple[ParquetTable, bytes] | None:
-    """The cached index and its bytes (None: absent or damaged)."""
+def _read_cached(path: str) -> tuple[CompactTable, bytes] | None:
+    """The cached index (as columns) and its bytes; None: absent or damaged. A cache in the
+    older JSON form is read through the validating parser (and rewritten compact)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         return None
+    if is_compact(data):
+        ct = load_compact(data)  # its digest checked: astream wrote it, nothing else to check
+        return None if ct is None else (ct, data)
     try:
-        return parse_table(data, path), data
+        return compact_table(parse_table(data, path)), b""
     except FormatError:
         return None  # a damaged cache is rebuilt from the footers
 
@@ -265,25 +285,49 @@ async def build_table(
     use_published: bool = True,
 ) -> tuple[ParquetTable, int]:
     """The table's index and the number of footers read (0 on a warm start)."""
-    known: dict[str, list[ParquetFile]] = {}
-    for f in cached.files if cached is not None else ():
-        known.setdefault(f.key, []).append(f)
+    ct = None if cached is None else compact_table(cached)
+    table, read = await _build(store, files, split, ct, use_published)
+    return (table.table() if isinstance(table, CompactTable) else table), read
+
+
+async def _build(
+    store: ObjectStore,
+    files: list[str] | None,
+    split: str | None,
+    cached: CompactTable | None,
+    use_published: bool,
+) -> tuple[ParquetTable | CompactTable, int]:
+    """``cached`` itself when the objects are exactly its files (the warm start: no object per
+    file or row group is made); else the table, footers read for the files no index knows."""
+    at = {} if cached is None else {k: i for i, k in enumerate(cached.keys)}
     tails: dict[str, bytes] = {}
-    infos, maybe_published = await _objects(store, files, split, list(known), tails)
-    if (
-        use_published
-        and maybe_published
-        and any(not any(_same(i, f) for f in known.get(i.key, ())) for i in infos)
-    ):
+    infos, maybe_published = await _objects(store, files, split, list(at), tails)
+
+    def hit(j: int, info: ObjectInfo) -> int | None:
+        """The cached file ``info`` is, if any."""
+        assert cached is not None
+        i = at.get(info.key)
+        if i is None or int(cached.sizes[i]) != info.size:
+            return None
+        return i if info.etag is None or cached.etags[i] == info.etag else None
+
+    matched = [None if cached is None else hit(j, i) for j, i in enumerate(infos)]
+    if cached is not None and len(infos) == len(cached) and matched == list(range(len(infos))):
+        return cached, 0
+    known: dict[str, list[ParquetFile]] = {}
+    if use_published and maybe_published and any(m is None for m in matched):
         pub = await _published(store)
         for f in pub.files if pub is not None else ():
             known.setdefault(f.key, []).append(f)
     out: list[ParquetFile | None] = []
     todo: list[tuple[int, ObjectInfo]] = []
-    for i in infos:
-        match = next((f for f in known.get(i.key, ()) if _same(i, f)), None)
-        if match is None and i.key in known:
-            old = known[i.key][0]
+    for i, m in zip(infos, matched):
+        assert cached is not None or m is None
+        match = cached.file(m) if cached is not None and m is not None else None
+        if match is None:
+            match = next((f for f in known.get(i.key, ()) if _same(i, f)), None)
+        if match is None and (i.key in known or i.key in at):
+            old = known[i.key][0] if i.key in known else cached.file(at[i.key])  # type: ignore[union-attr]
             raise FormatError(
                 f"changed since its Parquet index was built (was {old.size} bytes, etag "
                 f"{old.etag}; now {i.size} bytes, etag {i.etag}): its rows would no longer be "
@@ -308,6 +352,43 @@ async def build_table(
     return ParquetTable(tuple(f for f in out if f is not None)), len(todo)
 
 
+async def _from_published(
+    store: ObjectStore, path: str, hit: tuple[CompactTable, bytes] | None, split: str | None
+) -> tuple[ParquetTable | CompactTable, dict[str, Any] | None]:
+    """The table the published index defines, without listing the root: one HEAD of the index
+    object; the cached table when it was made from that same object (its identity and the
+    split are recorded beside the cache, with the cache's digest), else one GET of it
+    (conditional on that identity) and its validating parse. Returns the table and, when it
+    is not the cached one, the record to write beside the new cache."""
+    url = store.url_for(INDEX_NAME)
+    try:
+        head = await store.head(INDEX_NAME)
+    except ObjectNotFoundError:
+        raise ConfigError(
+            f"index_source='published': there is no published index {url}; write it with "
+            f"`astream index {store.url}`, or list the files (index_source=None)"
+        ) from None
+    want = {"size": head.size, "etag": head.etag, "split": split}
+    if hit is not None and hit[1] and head.etag is not None:  # no identity: always GET it
+        try:
+            with open(path + PUBLISHED_MARK, "rb") as f:
+                mark = json.loads(f.read())
+        except (OSError, ValueError):
+            mark = None
+        if mark == {**want, "digest": hit[1][-32:].hex()}:
+            return hit[0], None
+    data = await store.get_range(INDEX_NAME, etag=head.etag)
+    if len(data) != head.size:
+        raise FormatError(f"read {len(data)} bytes, its HEAD said {head.size}", url)
+    pub = parse_table(data, url)
+    keys = set(select_keys([f.key for f in pub.files], split))
+    table = ParquetTable(tuple(f for f in pub.files if f.key in keys))
+    if not table.files:
+        where = url + (f" (split {split!r})" if split else "")
+        raise EmptyDatasetError(f"the published index lists no *.parquet objects: {where}")
+    return table, want
+
+
 async def load_parquet(
     store: ObjectStore,
     local: str,
@@ -316,9 +397,11 @@ async def load_parquet(
     files: list[str] | None,
     split: str | None,
     in_place: bool,
+    published: bool = False,
 ) -> Index:
     """The stream's virtual-shard index (see the module docstring). ``in_place``: ``local`` is
-    the data directory itself (no remote), whose cache index is best-effort."""
+    the data directory itself (no remote), whose cache index is best-effort. ``published``:
+    the table is the published index's files, the root is not listed (:func:`_from_published`)."""
     # pyarrow is imported here even when no footer is read (warm start): DataLoader workers
     # forked from this process then inherit it instead of each importing it (~0.3-1 s a
     # worker, every epoch) before its first row group. In a thread, while the listing (and
@@ -326,7 +409,7 @@ async def load_parquet(
     imported = asyncio.ensure_future(asyncio.to_thread(_pq))
     try:
         return await _load(store, local, columns=columns, files=files, split=split,
-                           in_place=in_place)  # fmt: skip
+                           in_place=in_place, published=published)  # fmt: skip
     finally:
         await imported
 
@@ -339,6 +422,7 @@ async def _load(
     files: list[str] | None,
     split: str | None,
     in_place: bool,
+    published: bool,
 ) -> Index:
     if not in_place:
         bound = read_binding(local)
@@ -350,12 +434,21 @@ async def _load(
     path = os.path.join(meta_dir(local), CACHE_NAME)
     hit = _read_cached(path)
     cached = None if hit is None else hit[0]
-    table, read = await build_table(store, files=files, split=split, cached=cached)
-    # a warm start over the same files serialises nothing again: the cached bytes are its own
-    data = hit[1] if hit is not None and table.files == hit[0].files else dump_table(table)
-    if cached is None or read or len(table.files) != len(cached.files):
+    mark: dict[str, Any] | None = None
+    if published:
+        table, mark = await _from_published(store, path, hit, split)
+    else:
+        table, _ = await _build(store, files, split, cached, True)
+    if table is cached and hit is not None and hit[1]:
+        ct, data = cached, hit[1]  # a warm start over the same files writes nothing
+    else:
+        ct = table if isinstance(table, CompactTable) else compact_table(table)
+        data = dump_compact(ct)
         try:
             write_atomic(path, data, local)
+            if mark is not None:
+                mark["digest"] = data[-32:].hex()
+                write_atomic(path + PUBLISHED_MARK, json.dumps(mark).encode(), local)
         except OSError:
             if not in_place:
                 raise  # a read-only data directory just goes without a cached index
@@ -363,8 +456,8 @@ async def _load(
         for d in new_dirs(local):
             if not is_entry(d):
                 mark_entry(d, store.url)
-        digest = index_digest(data)
+        digest = data[-32:].hex()  # the compact file's own blake2b of its contents
         bound = read_binding(local)
         if bound is None or bound.digest != digest:
             write_binding(local, Binding(store.url, digest))
-    return Index(list(row_group_shards(table, columns)))
+    return Index(compact_shards(ct, columns))

@@ -105,3 +105,53 @@ def test_workers_one_object_split_and_refusals(
     assert code != 0 and "no *.parquet objects under" in err
     code, _, err = _cli(capsys, "convert", root, str(tmp_path / "z"), "--split", "train")
     assert code != 0 and "--split is for a Parquet table" in err
+
+
+@pytest.mark.parametrize("backend", ["s3", "local"])
+def test_file_rewritten_during_convert_is_object_changed(
+    backend: str, tmp_path: Any, request: pytest.FixtureRequest, capsys: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The footers are read when the source opens; a file rewritten after that (here: right
+    after) fails the conditional row-group reads with ObjectChangedError naming it, on the
+    source and through the CLI -- never rows of two versions."""
+    import pyarrow.parquet as pq
+
+    from astream.cli.sources import ParquetTableSource
+    from astream.errors import ObjectChangedError
+    from astream.storage.sync import upload_key
+
+    src = str(tmp_path / "src")
+    write_table(src)
+    if backend == "s3":
+        url = f"{request.getfixturevalue('s3_bucket')}/chg-{uuid.uuid4().hex[:8]}"
+        upload(src, url)
+    else:
+        url = src
+    shorter = str(tmp_path / "short.parquet")
+    pq.write_table(pq.read_table(os.path.join(src, "part-1.parquet")).slice(0, 10), shorter)
+
+    def rewrite() -> None:
+        if backend == "s3":
+            upload_key(shorter, url, "part-1.parquet")
+        else:
+            os.replace(shorter, os.path.join(src, "part-1.parquet"))
+
+    source = ParquetTableSource(url)
+    assert [r["label"] for r in source.rows(0, 30)] == list(range(30))  # part-0: unchanged
+    real = ParquetTableSource._read_table
+
+    def then_rewrite(self: Any) -> Any:
+        got = real(self)
+        rewrite()
+        return got
+
+    monkeypatch.setattr(ParquetTableSource, "_read_table", then_rewrite)
+    args = ("convert", url, str(tmp_path / "out"), "--columns", COLUMNS)
+    if backend == "local":
+        args += ("--format", "parquet")
+    code, _, err = _cli(capsys, *args)
+    assert code != 0
+    assert "error: changed since the index was built" in err and "part-1.parquet]" in err, err
+    with pytest.raises(ObjectChangedError, match=r"changed since the .*part-1\.parquet\]"):
+        list(source.rows(30, 80))  # the source opened before the rewrite
