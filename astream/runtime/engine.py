@@ -234,7 +234,7 @@ class Engine:
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
         if self._may_range():
             pf.hold()  # until the first batch's ranges are read (``_ranged``)
-        la = Lookahead(batches, self.catalog, pf, self.ahead)
+        la = Lookahead(batches, self.catalog, pf, self.ahead, idle=opener.idle)
         tracker = self._track(parts.space, la)
         stats.live = (weakref.ref(pf), weakref.ref(la))  # for astream.metrics
 
@@ -370,7 +370,7 @@ class Engine:
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
         if self._may_range():
             pf.hold()  # until the first batch's ranges are read (below)
-        la = Lookahead(batches, self.catalog, pf, self.ahead)
+        la = Lookahead(batches, self.catalog, pf, self.ahead, idle=opener.idle)
         tracker = self._track(parts.space, la)
         stats.live, multi = (weakref.ref(pf), weakref.ref(la)), bool(stats.stream_samples)
 

@@ -125,6 +125,7 @@ class Lookahead:
         catalog: Catalog,
         prefetcher: Prefetcher,
         ahead: int,
+        idle: Callable[[int], None] | None = None,
     ) -> None:
         self._src = batches
         self._catalog = catalog
@@ -138,6 +139,11 @@ class Lookahead:
         self._announced: set[int] = set()
         self.batches_taken = 0  # batches handed out (the current one is the last of them)
         self._current: Groups = []  # the current batch
+        # shard -> queued batches that read it; ``idle(s)`` is called once the batch that
+        # read ``s`` last in the window is done and no queued batch reads it (see __next__)
+        self._idle = idle
+        self._uses: dict[int, int] = {}
+        self._leaving: list[int] = []
 
     def _fill(self) -> None:
         # The window opens gradually (twice what has been consumed, up to ``ahead``): the first
@@ -152,7 +158,9 @@ class Lookahead:
             groups = batch_groups(ids, self._catalog)
             self._queue.append((groups, len(ids)))
             self._queued += len(ids)
+            uses = self._uses
             for s, _, _ in groups:  # in order of first use: earliest deadline first
+                uses[s] = uses.get(s, 0) + 1
                 if s not in self._announced:
                     self._announced.add(s)
                     self._pf.want(s)
@@ -172,9 +180,23 @@ class Lookahead:
     def __next__(self) -> tuple[Groups, int]:
         """The next batch: its ids grouped by shard (see ``reader.batch_groups``), and its size."""
         self._fill()
+        uses = self._uses
+        if self._leaving:  # the previous batch is done: its shards no queued batch reads
+            idle = self._idle
+            for s in self._leaving:
+                if s not in uses and idle is not None:
+                    idle(s)
+            self._leaving = []
         if not self._queue:
             raise StopIteration
         groups, size = self._queue.popleft()
+        for s, _, _ in groups:
+            n = uses[s] - 1
+            if n:
+                uses[s] = n
+            else:
+                del uses[s]
+                self._leaving.append(s)
         self._queued -= size
         self._consumed += size
         self.batches_taken += 1

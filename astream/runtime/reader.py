@@ -351,6 +351,20 @@ class ShardOpener:
                 if drop is not None:
                     drop()
 
+    def idle(self, s: int) -> None:
+        """The consumer's lookahead holds no batch that reads ``s``: unmap the pages of ``s``
+        touched so far (they stay in the page cache; a later read faults them back in), so a
+        shard the epoch is done with stops counting in this process's memory while it stays
+        open. See ``prefetch.Lookahead``."""
+        h = self._open.get(s)
+        if h is None or s not in self._hot:
+            return  # closed, or already unmapped by ``_touch``
+        del self._hot[s]
+        self.stats.shard_drops += 1
+        drop = getattr(h, "drop_pages", None)
+        if drop is not None:
+            drop()
+
     def release_all(self) -> None:
         while self._open:
             _, h = self._open.popitem(last=False)

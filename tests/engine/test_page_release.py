@@ -1,0 +1,106 @@
+"""The reader releases the mapped pages of a shard once its lookahead holds no batch that reads
+it (``Lookahead(idle=...)`` -> ``ShardOpener.idle``): an epoch's finished shards stop counting
+in the process's memory (RSS/PSS) while they stay open, and the samples read from them -- even
+those still held by the caller -- keep their bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+from astream import MDSWriter, StreamingDataset
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists("/proc/self/smaps"), reason="reads the process's mappings from /proc"
+)
+
+SHARDS, PER_SHARD, SIZE = 8, 48, 8192  # each shard ~400 KB: ~100 pages
+
+
+def _payload(i: int) -> bytes:
+    return np.random.default_rng(i).integers(0, 256, SIZE, dtype=np.uint8).tobytes()
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
+    root = str(tmp_path_factory.mktemp("pages") / "ds")
+    # a sample takes SIZE + 16 bytes (4 offset, 8 id, 4 length); the header 4 + 4 per sample
+    limit = 4 + PER_SHARD * (SIZE + 20)
+    with MDSWriter(out=root, columns={"id": "int", "payload": "bytes"}, size_limit=limit) as w:
+        for i in range(SHARDS * PER_SHARD):
+            w.write({"id": i, "payload": _payload(i)})
+    files = sorted(os.path.join(root, f) for f in os.listdir(root) if f.endswith(".mds"))
+    with open(os.path.join(root, "index.json")) as f:
+        counts = [sh["samples"] for sh in json.load(f)["shards"]]
+    assert counts == [PER_SHARD] * SHARDS
+    return root, files
+
+
+def _mapped_kb(files: list[str]) -> list[int]:
+    """Resident kB of this process's mappings of each file (0: not mapped, or no page)."""
+    want = {os.path.realpath(f): k for k, f in enumerate(files)}
+    out = [0] * len(files)
+    cur = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and not head[0].endswith(":"):
+                cur = want.get(head[5]) if len(head) > 5 else None
+            elif cur is not None and head[0] == "Rss:":
+                out[cur] += int(head[1])
+    return out
+
+
+def _check(ds: StreamingDataset, files: list[str], rows: Any) -> list[Any]:
+    """Walk ``rows`` (one shard-ordered epoch); at each shard's first row, every shard the
+    reader finished at least one shard earlier has no resident page mapped."""
+    held: list[Any] = []
+    before = ds.stats.shard_drops
+    for k, row in rows:
+        held.append(row)
+        if k % PER_SHARD == 0 and k // PER_SHARD >= 2:
+            cur = k // PER_SHARD
+            mapped = _mapped_kb(files)
+            assert mapped[cur] > 0  # the shard being read is mapped (the check can see pages)
+            assert mapped[: cur - 1] == [0] * (cur - 1), (cur, mapped)
+    assert ds.stats.shard_drops - before >= SHARDS - 1
+    return held
+
+
+def test_finished_shards_unmapped_dicts(shards: tuple[str, list[str]]) -> None:
+    root, files = shards
+    ds = StreamingDataset(local=root, shuffle=False, batch_size=8)
+    for _ in range(2):  # a second epoch maps the released pages again
+        held = _check(ds, files, ((int(s["id"]), s) for s in ds))
+        # the samples of released shards still hold their bytes (read back through the map)
+        assert [int(s["id"]) for s in held] == list(range(SHARDS * PER_SHARD))
+        assert all(bytes(s["payload"]) == _payload(int(s["id"])) for s in held)
+
+
+def test_finished_shards_unmapped_batches(shards: tuple[str, list[str]]) -> None:
+    root, files = shards
+    ds = StreamingDataset(local=root, shuffle=False, batch_size=8)
+
+    def rows() -> Any:
+        for b in ds.batches(ragged="offsets"):
+            ids, pay, off = b["id"], b["payload"], b["payload_offsets"]
+            for j in range(len(ids)):
+                yield int(ids[j]), (int(ids[j]), bytes(pay[off[j] : off[j + 1]]))
+
+    held = _check(ds, files, rows())
+    assert [i for i, _ in held] == list(range(SHARDS * PER_SHARD))
+    assert all(p == _payload(i) for i, p in held)
+
+
+def test_shuffled_epoch_releases_and_reads_exactly(shards: tuple[str, list[str]]) -> None:
+    """Shuffled: every sample once with its bytes, and shards were released on the way."""
+    root, _ = shards
+    ds = StreamingDataset(local=root, shuffle=True, shuffle_seed=3, batch_size=8)
+    got = {int(s["id"]): bytes(s["payload"]) for s in ds}
+    assert sorted(got) == list(range(SHARDS * PER_SHARD))
+    assert all(p == _payload(i) for i, p in got.items())
+    assert ds.stats.shard_drops >= 1
