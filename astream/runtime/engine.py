@@ -267,8 +267,12 @@ class Engine:
         stats = self._parts().stats
         la, pf, opener, open_shard, tracker = self._sync_reader(batches)
         multi = bool(stats.stream_samples)
+        done: Groups | None = None  # the batch handed out before this one
         try:
             for groups, size in la:
+                if done is not None:
+                    opener.drop_read(done)
+                done = groups
                 if tracker is not None:
                     tracker.batch()
                 ranged = self._ranged(groups, la, opener, pf)

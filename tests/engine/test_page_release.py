@@ -104,3 +104,63 @@ def test_shuffled_epoch_releases_and_reads_exactly(shards: tuple[str, list[str]]
     assert sorted(got) == list(range(SHARDS * PER_SHARD))
     assert all(p == _payload(i) for i, p in got.items())
     assert ds.stats.shard_drops >= 1
+
+
+@pytest.mark.parametrize("column", ["bytes", "ndarray:uint8"])
+def test_large_samples_leave_the_map_once_read(
+    tmp_path_factory: pytest.TempPathFactory, column: str
+) -> None:
+    """Samples of >= 32 KB: their pages are unmapped once decoded (bytes: the values are
+    copies) or once their batch is handed out (ndarray: the values are views of the map), so
+    a shuffled epoch over shards all read at once never has much of them mapped; the values
+    keep their bytes."""
+    root = str(tmp_path_factory.mktemp("big") / column.replace(":", "_"))
+    n, size = 96, 48 << 10
+
+    def value(i: int) -> Any:
+        raw = np.random.default_rng(1000 + i).integers(0, 256, size, dtype=np.uint8)
+        return raw.tobytes() if column == "bytes" else raw
+
+    with MDSWriter(
+        out=root, columns={"id": "int", "payload": column}, size_limit=24 * (size + 64)
+    ) as w:
+        for i in range(n):
+            w.write({"id": i, "payload": value(i)})
+    files = sorted(os.path.join(root, f) for f in os.listdir(root) if f.endswith(".mds"))
+    assert len(files) >= 4
+    ds = StreamingDataset(local=root, shuffle=True, shuffle_seed=5, batch_size=8)
+    peak = 0
+    held: dict[int, Any] = {}
+    for k, s in enumerate(ds):
+        held[int(s["id"])] = s["payload"]
+        if k % 3 == 0:
+            peak = max(peak, sum(_mapped_kb(files)))
+    total_kb = n * size // 1024
+    # all shards are read at once: without the release, most of the data ends up mapped
+    assert peak < total_kb // 4, (peak, total_kb)
+    assert sorted(held) == list(range(n))
+    for i, v in held.items():
+        assert bytes(v) == bytes(value(i))
+
+
+def test_views_unmapped_after_their_batch(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """ndarray values are views of the map: the caller's collate reads them back in, so their
+    shards' pages are unmapped again once the batch is handed out (``drop_read``): at each
+    batch start only the shard of the sample just read has pages mapped, though each batch
+    reads few of the 16 shards."""
+    root = str(tmp_path_factory.mktemp("views") / "ds")
+    size = 48 << 10
+    with MDSWriter(
+        out=root, columns={"id": "int", "payload": "ndarray:uint8"}, size_limit=6 * (size + 64)
+    ) as w:
+        for i in range(96):
+            w.write({"id": i, "payload": np.full(size, i % 251, np.uint8)})
+    files = sorted(os.path.join(root, f) for f in os.listdir(root) if f.endswith(".mds"))
+    assert len(files) >= 12
+    ds = StreamingDataset(local=root, shuffle=True, shuffle_seed=2, batch_size=4)
+    worst = 0
+    for k, s in enumerate(ds):
+        assert int(s["payload"].sum()) == size * (int(s["id"]) % 251)  # "collate": reads it
+        if k % 4 == 0 and k:
+            worst = max(worst, sum(1 for kb in _mapped_kb(files) if kb))
+    assert worst <= 2, worst
