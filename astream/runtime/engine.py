@@ -415,13 +415,17 @@ class Engine:
             )
 
         clock = time.perf_counter
+        done: Groups | None = None  # the batch handed out before this one
         try:
             while True:
                 mark = clock()
                 step = next(la, None)  # the plan walk for the lookahead runs here
                 if step is None:
                     break
+                if done is not None:
+                    opener.drop_read(done)
                 groups, size = step
+                done = groups
                 if tracker is not None:
                     tracker.batch()
                 ranged: dict[int, RangeShard] = {}
@@ -443,13 +447,16 @@ class Engine:
                         await asyncio.sleep(0)
                         mark = clock()
                     got = ranged.get(s)
-                    sample = (got if got is not None else await open_shard(s)).sample
+                    h: Any = got if got is not None else await open_shard(s)
+                    sample = h.sample
                     for c in range(0, len(positions), 128):
                         for j, li in zip(positions[c : c + 128], locals_[c : c + 128]):
                             out[j] = sample(li)
                         if clock() - mark > slice_s:
                             await asyncio.sleep(0)
                             mark = clock()
+                    if got is None and getattr(h, "_drop", False):  # see ShardOpener.big
+                        h.drop_pages()
                 if opener.pinning:
                     opener.release_all()
                 stats.samples += size

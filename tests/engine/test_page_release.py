@@ -164,3 +164,35 @@ def test_views_unmapped_after_their_batch(tmp_path_factory: pytest.TempPathFacto
         if k % 4 == 0 and k:
             worst = max(worst, sum(1 for kb in _mapped_kb(files) if kb))
     assert worst <= 2, worst
+
+
+def test_async_iteration_releases_large_samples(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``aiter`` (the asyncio path) unmaps large samples' pages as the sync path does."""
+    import asyncio
+
+    from astream.aio import AsyncStreamingDataset
+
+    root = str(tmp_path_factory.mktemp("aio") / "ds")
+    size = 48 << 10
+    with MDSWriter(
+        out=root, columns={"id": "int", "payload": "bytes"}, size_limit=24 * (size + 64)
+    ) as w:
+        for i in range(96):
+            w.write({"id": i, "payload": bytes([i % 251]) * size})
+    files = sorted(os.path.join(root, f) for f in os.listdir(root) if f.endswith(".mds"))
+
+    async def main() -> tuple[int, list[int]]:
+        ds = await AsyncStreamingDataset.open(
+            local=root, shuffle=True, shuffle_seed=4, batch_size=8
+        )
+        peak, ids = 0, []
+        async for s in ds.aiter(io="loop"):
+            assert s["payload"] == bytes([int(s["id"]) % 251]) * size
+            ids.append(int(s["id"]))
+            if len(ids) % 3 == 0:
+                peak = max(peak, sum(_mapped_kb(files)))
+        return peak, ids
+
+    peak, ids = asyncio.run(main())
+    assert sorted(ids) == list(range(96))
+    assert peak < 96 * size // 1024 // 4, peak
