@@ -196,3 +196,38 @@ def test_async_iteration_releases_large_samples(tmp_path_factory: pytest.TempPat
     peak, ids = asyncio.run(main())
     assert sorted(ids) == list(range(96))
     assert peak < 96 * size // 1024 // 4, peak
+
+
+_LEAN = """
+import sys
+import torch
+from astream.torch.dataloader import StreamingDataLoader
+from astream.torch.dataset import StreamingDataset
+ds = StreamingDataset(local=sys.argv[1], shuffle=True, batch_size=8)
+n = sum(len(b["id"]) for b in StreamingDataLoader(ds, batch_size=8))
+assert n == int(sys.argv[2]), n
+heavy = ("aiobotocore", "botocore", "boto3", "aiohttp", "gcloud", "google", "azure",
+         "pyarrow", "prometheus_client", "opentelemetry")
+print(sorted({m.split(".")[0] for m in sys.modules} & set(heavy)))
+"""
+
+
+def test_local_epoch_imports_no_storage_sdk(shards: tuple[str, list[str]]) -> None:
+    """A torch epoch over local data imports no cloud SDK, HTTP client, pyarrow or metrics
+    exporter: each would be resident memory in the trainer and every DataLoader worker."""
+    import subprocess
+    import sys
+
+    root, _ = shards
+    import astream
+
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(astream.__file__))}
+    p = subprocess.run(
+        [sys.executable, "-c", _LEAN, root, str(SHARDS * PER_SHARD)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] == "[]", p.stdout
