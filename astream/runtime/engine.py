@@ -234,7 +234,7 @@ class Engine:
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
         if self._may_range():
             pf.hold()  # until the first batch's ranges are read (``_ranged``)
-        la = Lookahead(batches, self.catalog, pf, self.ahead)
+        la = Lookahead(batches, self.catalog, pf, self.ahead, idle=opener.idle)
         tracker = self._track(parts.space, la)
         stats.live = (weakref.ref(pf), weakref.ref(la))  # for astream.metrics
 
@@ -269,8 +269,12 @@ class Engine:
         stats = self._parts().stats
         la, pf, opener, open_shard, tracker = self._sync_reader(batches)
         multi = bool(stats.stream_samples)
+        done: Groups | None = None  # the batch handed out before this one
         try:
             for groups, size in la:
+                if done is not None:
+                    opener.drop_read(done)
+                done = groups
                 if tracker is not None:
                     tracker.batch()
                 ranged = self._ranged(groups, la, opener, pf)
@@ -375,7 +379,7 @@ class Engine:
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
         if self._may_range():
             pf.hold()  # until the first batch's ranges are read (below)
-        la = Lookahead(batches, self.catalog, pf, self.ahead)
+        la = Lookahead(batches, self.catalog, pf, self.ahead, idle=opener.idle)
         tracker = self._track(parts.space, la)
         stats.live, multi = (weakref.ref(pf), weakref.ref(la)), bool(stats.stream_samples)
 
@@ -416,13 +420,17 @@ class Engine:
             )
 
         clock = time.perf_counter
+        done: Groups | None = None  # the batch handed out before this one
         try:
             while True:
                 mark = clock()
                 step = next(la, None)  # the plan walk for the lookahead runs here
                 if step is None:
                     break
+                if done is not None:
+                    opener.drop_read(done)
                 groups, size = step
+                done = groups
                 if tracker is not None:
                     tracker.batch()
                 ranged: dict[int, RangeShard] = {}
@@ -444,13 +452,16 @@ class Engine:
                         await asyncio.sleep(0)
                         mark = clock()
                     got = ranged.get(s)
-                    sample = (got if got is not None else await open_shard(s)).sample
+                    h: Any = got if got is not None else await open_shard(s)
+                    sample = h.sample
                     for c in range(0, len(positions), 128):
                         for j, li in zip(positions[c : c + 128], locals_[c : c + 128]):
                             out[j] = sample(li)
                         if clock() - mark > slice_s:
                             await asyncio.sleep(0)
                             mark = clock()
+                    if got is None and getattr(h, "_drop", False):  # see ShardOpener.big
+                        h.drop_pages()
                 if opener.pinning:
                     opener.release_all()
                 stats.samples += size

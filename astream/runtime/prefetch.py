@@ -128,6 +128,7 @@ class Lookahead:
         catalog: Catalog,
         prefetcher: Prefetcher,
         ahead: int,
+        idle: Callable[[int], None] | None = None,
     ) -> None:
         self._src = batches
         self._catalog = catalog
@@ -142,6 +143,11 @@ class Lookahead:
         self._announced: set[int] = set()
         self.batches_taken = 0  # batches handed out (the current one is the last of them)
         self._current: Groups = []  # the current batch
+        # shard -> queued batches that read it; ``idle(s)`` is called once the batch that
+        # read ``s`` last in the window is done and no queued batch reads it (see __next__)
+        self._idle = idle
+        self._uses: dict[int, int] = {}
+        self._leaving: list[int] = []
 
     def _next_located(self) -> tuple[Groups, int] | None:
         """The next planned batch grouped by shard. Batches are grouped a chunk at a time
@@ -180,7 +186,9 @@ class Lookahead:
             groups, size = nxt
             self._queue.append((groups, size))
             self._queued += size
+            uses = self._uses
             for s, _, _ in groups:  # in order of first use: earliest deadline first
+                uses[s] = uses.get(s, 0) + 1
                 if s not in self._announced:
                     self._announced.add(s)
                     self._pf.want(s)
@@ -200,9 +208,23 @@ class Lookahead:
     def __next__(self) -> tuple[Groups, int]:
         """The next batch: its ids grouped by shard (see ``reader.batch_groups``), and its size."""
         self._fill()
+        uses = self._uses
+        if self._leaving:  # the previous batch is done: its shards no queued batch reads
+            idle = self._idle
+            for s in self._leaving:
+                if s not in uses and idle is not None:
+                    idle(s)
+            self._leaving = []
         if not self._queue:
             raise StopIteration
         groups, size = self._queue.popleft()
+        for s, _, _ in groups:
+            n = uses[s] - 1
+            if n:
+                uses[s] = n
+            else:
+                del uses[s]
+                self._leaving.append(s)
         self._queued -= size
         self._consumed += size
         self.batches_taken += 1

@@ -62,6 +62,9 @@ __all__ = [
 ]
 
 
+DROP_SAMPLE_BYTES = 32 << 10  # ShardOpener.drop_read: shards whose samples average this
+
+
 class OpenShard:
     """One mapped shard: ``sample(i)`` decodes sample ``i``.
 
@@ -69,7 +72,7 @@ class OpenShard:
     re-opening a shard -- which a pinning consumer does every batch -- costs one ``mmap``.
     """
 
-    __slots__ = ("_arrays", "_fd", "_mm", "_mv", "_off", "_path", "_pin", "decode")
+    __slots__ = ("_arrays", "_drop", "_fd", "_mm", "_mv", "_off", "_path", "_pin", "decode")
 
     def __init__(
         self, path: str, offsets: list[int], decoder: SampleDecoder | SplitDecoder
@@ -85,6 +88,7 @@ class OpenShard:
         self._arrays: Any = None
         self._path = path
         self._fd = -1
+        self._drop = False  # unmap samples' pages once decoded (see ShardOpener.drop_read)
         self.decode = decoder.decode
 
     def buffer(self) -> Any:
@@ -121,7 +125,10 @@ class OpenShard:
     def samples(self, indices: list[int]) -> list[dict[str, Any]]:
         """``[sample(i) for i in indices]`` without a method call per sample (the hot path)."""
         dec, mv, off = self.decode, self._mv, self._off
-        return [dec(mv[off[i] : off[i + 1]]) for i in indices]
+        out = [dec(mv[off[i] : off[i + 1]]) for i in indices]
+        if self._drop:
+            self.drop_pages()
+        return out
 
     def close(self) -> None:
         self._arrays = None
@@ -313,6 +320,7 @@ class ShardOpener:
         self._offsets: dict[int, list[int]] = {}
         self.validate_hash = validate_hash
         self._dropped: set[int] = set()  # cached copies found corrupt and deleted (once each)
+        self._big: dict[int, int] = {}  # shard -> see big()
 
     def decoder(self, s: int) -> SampleDecoder | SplitDecoder:
         e = self.catalog.entries[s]
@@ -348,6 +356,50 @@ class ShardOpener:
             old, _ = hot.popitem(last=False)
             h = self._open.get(old)
             if h is not None:
+                drop = getattr(h, "drop_pages", None)
+                if drop is not None:
+                    drop()
+
+    def idle(self, s: int) -> None:
+        """The consumer's lookahead holds no batch that reads ``s``: unmap the pages of ``s``
+        touched so far (they stay in the page cache; a later read faults them back in), so a
+        shard the epoch is done with stops counting in this process's memory while it stays
+        open. See ``prefetch.Lookahead``."""
+        h = self._open.get(s)
+        if h is None or s not in self._hot:
+            return  # closed, or already unmapped by ``_touch``
+        del self._hot[s]
+        self.stats.shard_drops += 1
+        drop = getattr(h, "drop_pages", None)
+        if drop is not None:
+            drop()
+
+    def big(self, s: int) -> int:
+        """0, or how shard ``s``'s pages leave the map while it is read, when its samples
+        average at least ``DROP_SAMPLE_BYTES``: a read of one sample maps far more than the
+        sample (the kernel maps the cached pages around a fault, up to whole large folios),
+        so without this most of a shard is mapped after a few samples. A large sample is read
+        once per epoch and spans its own pages, so the shard's pages are unmapped as soon as a
+        batch's samples of it are decoded (1), and once more after the batch is handed out
+        (2) when the decoded values are views of the map (ndarray columns), which the caller's
+        collate reads back in. Small samples share pages with unread neighbours: their shards
+        are released whole by :meth:`idle`."""
+        kind = self._big.get(s)
+        if kind is None:
+            e = self.catalog.entries[s]
+            kind = 0
+            if self.catalog.shards[s].files.raw_size >= DROP_SAMPLE_BYTES * max(1, e.samples):
+                views = any(str(c).startswith("ndarray") for c in e.column_encodings)
+                kind = 2 if views else 1
+            self._big[s] = kind
+        return kind
+
+    def drop_read(self, groups: Groups) -> None:
+        """The batch ``groups`` is done (handed out, its samples collated): unmap the pages of
+        its shards whose decoded values were views of the map (see :meth:`big`)."""
+        for s, _, _ in groups:
+            h = self._open.get(s)
+            if h is not None and self.big(s) == 2:
                 drop = getattr(h, "drop_pages", None)
                 if drop is not None:
                     drop()
@@ -455,7 +507,9 @@ class ShardOpener:
 
             shard = self.catalog.shards[s]
             return open_row_group(path, shard, entry, self.space, self.pinning)  # type: ignore[arg-type,return-value]
-        return OpenShard(path, offsets, self.decoder(s))
+        h = OpenShard(path, offsets, self.decoder(s))
+        h._drop = self.big(s) > 0
+        return h
 
     def hold_pin(self, s: int) -> FileLock | None:
         """Pin ``s`` across its fetch (under a limit). Without it, a shard downloaded for us can

@@ -213,6 +213,8 @@ def main(make_adapter: Callable[[], Adapter]) -> None:
             **figures,
             "peak_rss_mb": rss.peak_rss / 1e6,
             "peak_pss_mb": rss.peak_pss / 1e6,
+            # the peak's PSS by kind of page (benchmarks/runners/rss.py)
+            **{f"peak_pss_{k}_mb": rss.peak_parts[k] / 1e6 for k in ("anon", "file", "shmem")},
         }
     except NotBuilt as e:
         result = {"status": "n/a", "reason": f"not built yet: {e}"}
