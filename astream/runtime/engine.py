@@ -651,18 +651,22 @@ class Engine:
         ]
 
     async def lead_first(
-        self, per_worker: list[list[tuple[int, list[int]]]], writers: list[Any]
+        self,
+        per_worker: list[list[tuple[int, list[int]]]],
+        writers: list[Any],
+        live: list[bool] | None = None,
     ) -> None:
         """Read each worker's wanted samples (``per_worker[w]``) by ranges, worker 0's first,
         on one queue of at most ``_RANGE_GETS`` GETs, and send each worker its bytes as soon as
-        they are complete (``None`` when the read failed: the worker then reads them itself)."""
+        they are complete (``None`` when the read failed: the worker then reads them itself).
+        No GET starts once ``live[0]`` is False (the loader's iteration is over)."""
         sem = asyncio.Semaphore(_RANGE_GETS)
 
         async def one(w: int, wants: list[tuple[int, list[int]]]) -> None:
             got: dict[int, tuple[bytes, list[int], dict[int, int]]] | None = None
             try:
                 if wants:
-                    got = await self._range_read(wants, sem)
+                    got = await self._range_read(wants, sem, live)
             except Exception:
                 got = None
             finally:
@@ -718,15 +722,24 @@ class Engine:
         return out
 
     async def _range_read(
-        self, wants: list[tuple[int, list[int]]], sem: asyncio.Semaphore
+        self,
+        wants: list[tuple[int, list[int]]],
+        sem: asyncio.Semaphore,
+        live: list[bool] | None = None,
     ) -> dict[int, tuple[bytes, list[int], dict[int, int]]]:
         """:meth:`_range_batch`'s reads, under ``sem``: per shard, the wanted samples back to
-        back, their offsets in that buffer, and each sample's slot."""
+        back, their offsets in that buffer, and each sample's slot (``live``: see
+        :meth:`lead_first`)."""
         parts = self._parts()
         stats = parts.stats
 
+        def check() -> None:
+            if live is not None and not live[0]:
+                raise _IterationOver
+
         async def get(store: Any, key: str, a: int, b: int, remote: str) -> bytes:
             async with sem:
+                check()
                 data: bytes = await store.get_range(key, a, b)
             stats.range_requests += 1
             stats.add_bytes(remote, len(data))
@@ -739,6 +752,7 @@ class Engine:
             assert shard.remote is not None
             store = self.stores.get(shard.remote)
             async with sem:
+                check()
                 offsets, _ = await self._range_offsets(parts, s)
             want = sorted(set(locals_))
             runs: list[tuple[int, int]] = []  # [first, last] index into ``want``, inclusive
@@ -928,6 +942,10 @@ def _compact(groups: Groups, ranged: dict[int, RangeShard]) -> BatchGroups:
     out.local = local
     out.which = groups.which if isinstance(groups, BatchGroups) else None
     return out
+
+
+class _IterationOver(Exception):
+    """The loader's iteration ended while its workers' first batches were being read."""
 
 
 def _forget_read(reads: dict[int, Any], s: int, task: Any) -> None:

@@ -150,6 +150,8 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
             )
         self.num_samples_yielded = 0
         self._start = 0
+        # [True] while the main process's reads of the workers' first batches may go on
+        self._lead_live: list[bool] = [False]
         if self.batch_sampler is not None:
             self.batch_sampler.sampler = _EpochSampler(self)  # type: ignore[attr-defined]
 
@@ -224,7 +226,8 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
             ends, writers, per_worker = lead
             self._core.engine._lead = None
             ends.close()  # the workers hold their read ends now
-            bridge.submit(self._core.engine.lead_first(per_worker, writers))
+            live = self._lead_live = [True]
+            bridge.submit(self._core.engine.lead_first(per_worker, writers, live))
         return it
 
     def _lead_plan(self) -> tuple[LeadEnds, list[Any], list[Any]] | None:
@@ -277,6 +280,7 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
             if pack is not None:
                 pack.done = True
         finally:
+            self._lead_live[0] = False  # an iteration left early: no GET starts past it
             ds._current = (epoch, start)
             if ds._epochs.generation() == gen:  # no set_epoch/load_state_dict since
                 ds._epochs.reset(epoch + 1, 0)

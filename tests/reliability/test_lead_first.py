@@ -146,3 +146,34 @@ def test_no_pipe_or_thread_left(
             assert sum(len(b["id"]) for b in ld) == 240
     assert pipe_fds() == before
     assert not [t for t in threading.enumerate() if t.name == "astream-lead"]
+
+
+def test_no_get_once_the_iteration_is_over(
+    s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """An iteration left before its workers' first batches are read: no GET starts, and each
+    worker is told (None) so it never waits."""
+    import pickle
+
+    from astream import bridge
+    from astream.runtime.lead import open_pipes
+
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "x"), 1)
+    plan = ds.plan(0)
+    per_worker = [
+        ds.engine.lead_wants(next(iter(plan.worker_batches(World(1, 1, 2), 0, w, 0))))
+        for w in range(2)
+    ]
+    assert all(per_worker)
+    for live, expect_bytes in (([False], False), ([True], True)):
+        ends, writers = open_pipes(2)
+        proxy.reset_stats()
+        bridge.run(ds.engine.lead_first(per_worker, writers, live))
+        for w, conn in enumerate(ends.readers):
+            assert conn is not None and conn.poll(30)
+            wants, payload = pickle.loads(conn.recv_bytes())
+            assert wants == per_worker[w] and (payload is not None) == expect_bytes
+        ends.close()
+        assert bool(range_gets(proxy, sizes)) == expect_bytes
