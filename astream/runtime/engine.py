@@ -656,23 +656,39 @@ class Engine:
         writers: list[Any],
         live: list[bool] | None = None,
     ) -> None:
-        """Read each worker's wanted samples (``per_worker[w]``) by ranges, worker 0's first,
-        on one queue of at most ``_RANGE_GETS`` GETs, and send each worker its bytes as soon as
-        they are complete (``None`` when the read failed: the worker then reads them itself).
-        No GET starts once ``live[0]`` is False (the loader's iteration is over)."""
+        """Read each worker's wanted samples (``per_worker[w]``) by ranges and send each worker
+        its bytes as soon as they are complete (``None`` when the read failed: the worker then
+        reads them itself). Every header first (at most ``_RANGE_GETS`` GETs at a time), then
+        the samples worker by worker, worker 0's first: the loader hands out worker 0's batch
+        first, and on a server that serves requests side by side (CPU-bound, as moto) the
+        samples of one worker alone come back sooner than two workers' together. No GET starts
+        once ``live[0]`` is False (the loader's iteration is over)."""
         sem = asyncio.Semaphore(_RANGE_GETS)
+        parts = self._parts()
+        sent = [False] * len(per_worker)
 
-        async def one(w: int, wants: list[tuple[int, list[int]]]) -> None:
-            got: dict[int, tuple[bytes, list[int], dict[int, int]]] | None = None
-            try:
-                if wants:
-                    got = await self._range_read(wants, sem, live)
-            except Exception:
-                got = None
-            finally:
+        async def head(s: int) -> None:
+            async with sem:
+                if live is None or live[0]:
+                    await self._range_offsets(parts, s)
+
+        heads = dict.fromkeys(s for wants in per_worker for s, _ in wants)
+        early = [asyncio.ensure_future(head(s)) for s in heads]
+        try:
+            for w, wants in enumerate(per_worker):
+                got: dict[int, tuple[bytes, list[int], dict[int, int]]] | None = None
+                try:
+                    if wants:
+                        got = await self._range_read(wants, sem, live)
+                except Exception:
+                    got = None
+                sent[w] = True
                 lead.send(writers[w], wants, got)
-
-        await asyncio.gather(*(one(w, wants) for w, wants in enumerate(per_worker)))
+        finally:
+            for w, done in enumerate(sent):
+                if not done:  # cancelled (the loop shutting down): no worker waits
+                    lead.send(writers[w], per_worker[w], None)
+            await asyncio.gather(*early, return_exceptions=True)
 
     def _lead_take(self) -> Any:
         """In a DataLoader worker whose loader's main process reads its first batch: this

@@ -177,3 +177,35 @@ def test_no_get_once_the_iteration_is_over(
             assert wants == per_worker[w] and (payload is not None) == expect_bytes
         ends.close()
         assert bool(range_gets(proxy, sizes)) == expect_bytes
+
+
+def test_worker_zero_samples_first(
+    s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """Every header first, then worker 0's sample ranges, then worker 1's: as they reach the
+    server, none of worker 1's sample GETs comes before the last of worker 0's."""
+    import numpy as np
+
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "o"), 1)
+    plan = ds.plan(0)
+    owner: dict[tuple[str, int], int] = {}  # (shard file, first byte of a sample) -> worker
+    for w in range(2):
+        ids = next(iter(plan.worker_batches(World(1, 1, 2), 0, w, 0)))
+        for s, locals_ in ds.engine.lead_wants(ids):
+            name = ds.catalog.shards[s].raw_key.rsplit("/", 1)[-1]
+            n = ds.catalog.entries[s].samples
+            with open(os.path.join(big_src, name), "rb") as f:
+                offsets = np.frombuffer(f.read(header_size(n)), np.uint32)[1:]
+            for li in locals_:
+                owner[(name, int(offsets[li]))] = w
+    proxy.reset_stats()
+    assert sum(len(b["id"]) for b in StreamingDataLoader(ds, batch_size=BS, num_workers=2)) == 240
+    order = []
+    for name, rng in range_gets(proxy, sizes):
+        start = int(rng.split("=")[1].split("-")[0])
+        if start > 0:  # a sample range (a header starts at byte 0)
+            order.append(owner[(name, start)])
+    assert order and set(order) == {0, 1}
+    assert order == sorted(order), order
