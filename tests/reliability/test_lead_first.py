@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -209,3 +210,37 @@ def test_worker_zero_samples_first(
             order.append(owner[(name, start)])
     assert order and set(order) == {0, 1}
     assert order == sorted(order), order
+
+
+def _wait_for_message(ends: Any, ppid: int) -> None:
+    from astream.runtime.lead import receive
+
+    conn = ends.take(0)
+    t0 = time.monotonic()
+    got = receive(conn, ppid)
+    os._exit(0 if got is None and time.monotonic() - t0 < 20 else 1)
+
+
+def test_worker_stops_waiting_when_the_sender_is_gone() -> None:
+    """A forked worker holds no write end of its own pipe (closed at fork), so when the main
+    process's end goes (its process killed, here closed without a message) the worker sees the
+    pipe end at once and reads its ranges itself, instead of waiting out ``_WAIT_S``."""
+    import multiprocessing
+
+    from astream.runtime.lead import close_writers, open_pipes
+
+    ends, writers = open_pipes(1)
+    p = multiprocessing.get_context("fork").Process(
+        target=_wait_for_message, args=(ends, os.getpid())
+    )
+    p.start()
+    ends.close()
+    time.sleep(0.5)  # the worker is waiting on its pipe
+    close_writers(writers)
+    p.join(30)
+    try:
+        assert p.exitcode == 0
+    finally:
+        if p.is_alive():
+            p.kill()
+            p.join()
