@@ -9,6 +9,7 @@ shared by two first batches twice), and the range GETs are counted in the main p
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
@@ -62,6 +63,17 @@ def run(ds: Any, **kw: Any) -> list[list[int]]:
     return got
 
 
+def lead_threads(wait: float = 10.0) -> list[threading.Thread]:
+    """The writer threads still alive after up to ``wait`` seconds (each ends once its worker
+    has read its message, or has exited: a moment after the batch that needed it)."""
+    deadline = time.monotonic() + wait
+    while True:
+        alive = [t for t in threading.enumerate() if t.name == "astream-lead"]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
+
+
 def pipe_fds() -> int:
     n = 0
     for fd in os.listdir("/proc/self/fd"):
@@ -95,7 +107,7 @@ def test_main_reads_workers_first_batches(
     heads = header_gets(ds, proxy, sizes)
     assert set(heads) == w0 | w1 and set(heads.values()) == {1}, heads
     assert ds.engine._parts().stats.range_requests >= len(w0 | w1)  # counted here, in main
-    assert not [t for t in threading.enumerate() if t.name == "astream-lead"]
+    assert not lead_threads()
 
 
 def test_worker_reads_itself_when_the_bytes_differ(
@@ -145,8 +157,16 @@ def test_no_pipe_or_thread_left(
             del it  # the workers shut down with their first batch barely read
         else:
             assert sum(len(b["id"]) for b in ld) == 240
+    del ld, ds
+    assert not lead_threads()
+    from astream.runtime import lead
+
+    assert lead._WRITERS == []  # every write end closed by its thread
+    deadline = time.monotonic() + 10  # torch's own queues close as their loaders go
+    while pipe_fds() != before and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.1)
     assert pipe_fds() == before
-    assert not [t for t in threading.enumerate() if t.name == "astream-lead"]
 
 
 def test_no_get_once_the_iteration_is_over(
