@@ -116,12 +116,17 @@ def close_writers(writers: list[Connection]) -> None:
 
 
 def receive(conn: Connection, ppid: int) -> tuple[Wants, Payload | None] | None:
-    """This worker's message, or None when none comes (the pipe ended, the main process is
-    gone, or ``_WAIT_S`` passed). The read end is closed either way."""
+    """This worker's message, or None when none comes (the pipe ended, this worker was
+    orphaned, or ``_WAIT_S`` passed). The read end is closed either way. ``ppid`` is the
+    loader's process; a worker started by a forkserver has another parent, whose change
+    (the worker orphaned) is what is watched then."""
     try:
         deadline = time.monotonic() + _WAIT_S
+        parent = os.getppid()
+        if parent != ppid and parent == 1:
+            return None  # orphaned already: the loader's process is gone
         while not conn.poll(0.5):
-            if os.getppid() != ppid or time.monotonic() > deadline:
+            if os.getppid() != parent or time.monotonic() > deadline:
                 return None
         got: tuple[Wants, Payload | None] = pickle.loads(conn.recv_bytes())
         return got

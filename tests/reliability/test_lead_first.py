@@ -84,7 +84,14 @@ def pipe_fds() -> int:
     return n
 
 
-@pytest.mark.parametrize("ctx", [None, pytest.param("spawn", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "ctx",
+    [
+        None,
+        pytest.param("spawn", marks=pytest.mark.slow),
+        pytest.param("forkserver", marks=pytest.mark.slow),
+    ],
+)
 def test_main_reads_workers_first_batches(
     s3_server: Any,
     s3_big: str,
