@@ -40,11 +40,14 @@ from astream.core.batchdecode import ColumnBatch
 from astream.core.eviction import ConsumerClock, check_policy
 from astream.core.shard import header_size, parse_offsets
 from astream.errors import FormatError
+from astream.placement import dataloader_worker
+from astream.runtime import lead
 from astream.runtime.batch import BatchLayouts, locate_batch
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
 from astream.runtime.clocks import NodeClocks
 from astream.runtime.fetch import ShardFetcher, is_complete
+from astream.runtime.lead import LeadEnds
 from astream.runtime.prefetch import Lookahead, Prefetcher
 from astream.runtime.reader import (
     BatchGroups,
@@ -52,6 +55,7 @@ from astream.runtime.reader import (
     OpenShard,
     RangeShard,
     ShardOpener,
+    batch_groups,
     decode_batch,
 )
 from astream.runtime.stats import Stats, Stopwatch
@@ -81,6 +85,8 @@ class _ProcessParts:
     file_shard: dict[str, int] = field(default_factory=dict)
     # samples served by ranges at the start of an iteration (``Engine._range_batch``)
     range_samples: int = 0
+    # shard -> its header read in flight (``Engine._range_offsets``: concurrent reads share it)
+    header_reads: dict[int, asyncio.Future[list[int]]] = field(default_factory=dict)
 
 
 class _Follow(NamedTuple):
@@ -131,6 +137,8 @@ class Engine:
         # fast as a header GET and a data GET (tests lower it to read small shards by range)
         self.range_min_bytes = 1 << 20
         self._follow: _Follow | None = None  # the next iteration's place in the node
+        # the pipes of a loader's workers' first batches, while they start (runtime/lead.py)
+        self._lead: LeadEnds | None = None
         self._pid = -1
         self._local: _ProcessParts | None = None
 
@@ -544,10 +552,19 @@ class Engine:
 
     async def _range_offsets(self, parts: _ProcessParts, s: int) -> tuple[list[int], int]:
         """Shard ``s``'s sample offsets, read by range the first time (then kept for the
-        process), and the bytes that cost now."""
+        process; concurrent first calls share one read), and the bytes that cost now."""
         offsets = parts.headers.get(s)
         if offsets is not None:
             return offsets, 0
+        pending = parts.header_reads.get(s)
+        if pending is not None and pending.get_loop() is asyncio.get_running_loop():
+            return await asyncio.shield(pending), 0
+        task = asyncio.ensure_future(self._read_offsets(parts, s))
+        parts.header_reads[s] = task
+        task.add_done_callback(lambda t: _forget_read(parts.header_reads, s, t))
+        return await asyncio.shield(task), header_size(self.catalog.entries[s].samples)
+
+    async def _read_offsets(self, parts: _ProcessParts, s: int) -> list[int]:
         shard = self.catalog.shards[s]
         entry = self.catalog.entries[s]
         assert shard.remote is not None
@@ -558,11 +575,11 @@ class Engine:
         parts.stats.range_requests += 1
         parts.stats.add_bytes(shard.remote, len(head))
         first = None if meta is None else 0  # split offsets index the data file from 0
-        offsets = parse_offsets(
+        offsets: list[int] = parse_offsets(
             head, shard.url(), entry.samples, entry.raw_data.bytes, min_first=first
         ).tolist()
         parts.headers[s] = offsets
-        return offsets, len(head)
+        return offsets
 
     # -- the start of an iteration: first samples by range while whole shards download ---------
     def _may_range(self) -> bool:
@@ -588,30 +605,32 @@ class Engine:
     ) -> list[tuple[int, list[int]]]:
         """The shards of this batch to read by ranges, with their wanted samples: only in the
         first ``range_first_batches`` batches of an iteration (each worker's; a resumed one
-        starts again), and only shards of at least ``range_min_bytes`` (1 MiB) not complete
-        in the cache whose samples can be
-        addressed and trusted without the whole file: uncompressed MDS shards with a remote,
-        read without hash validation (a range cannot be checked against a whole-file hash, so
-        a validating stream always waits for its shards)."""
+        starts again), and only shards :meth:`_rangeable` and not open here."""
         if la.batches_taken > self.range_first_batches:
             return []
-        wants = []
-        for s, _positions, locals_ in groups:
-            shard = self.catalog.shards[s]
-            if (
-                shard.remote is None
-                or shard.compression is not None
-                or shard.ranges is not None
-                or shard.meta is not None
-                or self.catalog.entries[s].format != "mds"
-                or (shard.validate_hash or self.validate_hash) is not None
-                or shard.files.raw_size < self.range_min_bytes
-                or opener.cached(s) is not None
-                or is_complete(shard.files.raw_path, shard.files.raw_size)
-            ):
-                continue
-            wants.append((s, locals_))
-        return wants
+        return [
+            (s, locals_)
+            for s, _positions, locals_ in groups
+            if opener.cached(s) is None and self._rangeable(s)
+        ]
+
+    def _rangeable(self, s: int) -> bool:
+        """Whether shard ``s`` may be read by ranges now: at least ``range_min_bytes`` (1 MiB),
+        not complete in the cache, and its samples can be addressed and trusted without the
+        whole file: an uncompressed MDS shard with a remote, read without hash validation (a
+        range cannot be checked against a whole-file hash, so a validating stream always waits
+        for its shards)."""
+        shard = self.catalog.shards[s]
+        return not (
+            shard.remote is None
+            or shard.compression is not None
+            or shard.ranges is not None
+            or shard.meta is not None
+            or self.catalog.entries[s].format != "mds"
+            or (shard.validate_hash or self.validate_hash) is not None
+            or shard.files.raw_size < self.range_min_bytes
+            or is_complete(shard.files.raw_path, shard.files.raw_size)
+        )
 
     def _ranged(
         self, groups: Groups, la: Lookahead, opener: ShardOpener, pf: Prefetcher
@@ -623,12 +642,102 @@ class Engine:
         waits for a download."""
         try:
             wants = self._range_wants(groups, la, opener)
-            if not wants:
-                return None
+            handoff = self._lead_take() if la.batches_taken == 1 else None
             with Stopwatch(self._parts().stats):
+                if handoff is not None:
+                    got = self._lead_received(handoff, wants)
+                    if got is not None:
+                        return got
+                if not wants:
+                    return None
                 return bridge.run(self._range_batch(wants))
         finally:
             pf.release()
+
+    # -- the first batch of each DataLoader worker, read by the main process (runtime/lead.py) --
+    def lead_wants(self, ids: np.ndarray[Any, np.dtype[np.int64]]) -> list[tuple[int, list[int]]]:
+        """What a worker whose first batch is ``ids`` reads by ranges (its :meth:`_range_wants`
+        in a process with nothing open)."""
+        if not self.range_first_batches:
+            return []
+        return [
+            (s, [int(x) for x in locals_])
+            for s, _positions, locals_ in batch_groups(ids, self.catalog)
+            if self._rangeable(s)
+        ]
+
+    async def lead_first(
+        self,
+        per_worker: list[list[tuple[int, list[int]]]],
+        writers: list[Any],
+        live: list[bool] | None = None,
+    ) -> None:
+        """Read each worker's wanted samples (``per_worker[w]``) by ranges and send each worker
+        its bytes as soon as they are complete (``None`` when the read failed: the worker then
+        reads them itself). Every header first (at most ``_RANGE_GETS`` GETs at a time), then
+        the samples worker by worker, worker 0's first: the loader hands out worker 0's batch
+        first, and on a server that serves requests side by side (CPU-bound, as moto) the
+        samples of one worker alone come back sooner than two workers' together. No GET starts
+        once ``live[0]`` is False (the loader's iteration is over)."""
+        sem = asyncio.Semaphore(_RANGE_GETS)
+        parts = self._parts()
+        sent = [False] * len(per_worker)
+
+        async def head(s: int) -> None:
+            async with sem:
+                if live is None or live[0]:
+                    await self._range_offsets(parts, s)
+
+        heads = dict.fromkeys(s for wants in per_worker for s, _ in wants)
+        early = [asyncio.ensure_future(head(s)) for s in heads]
+        try:
+            for w, wants in enumerate(per_worker):
+                got: dict[int, tuple[bytes, list[int], dict[int, int]]] | None = None
+                try:
+                    if wants:
+                        got = await self._range_read(wants, sem, live)
+                except Exception:
+                    got = None
+                sent[w] = True
+                lead.send(writers[w], wants, got)
+        finally:
+            for w, done in enumerate(sent):
+                if not done:  # cancelled (the loop shutting down): no worker waits
+                    lead.send(writers[w], per_worker[w], None)
+            await asyncio.gather(*early, return_exceptions=True)
+
+    def _lead_take(self) -> Any:
+        """In a DataLoader worker whose loader's main process reads its first batch: this
+        worker's read end (once per iteration); else None."""
+        ends, self._lead = self._lead, None
+        if ends is None:
+            return None
+        me = dataloader_worker()
+        if me is None or ends.ppid == os.getpid():
+            ends.close()
+            return None
+        conn = ends.take(me[0])
+        return None if conn is None else (conn, ends.ppid)
+
+    def _lead_received(
+        self, handoff: tuple[Any, int], wants: list[tuple[int, list[int]]]
+    ) -> dict[int, RangeShard] | None:
+        """The first batch's range shards the main process read for this worker, when it read
+        exactly ``wants`` (else None: read them here)."""
+        msg = lead.receive(*handoff)
+        if msg is None:
+            return None
+        theirs, payload = msg
+        mine = [(s, [int(x) for x in locals_]) for s, locals_ in wants]
+        if payload is None or theirs != mine:
+            return None
+        parts = self._parts()
+        out = {
+            s: RangeShard(buf, compact, slot, parts.random.decoder(s))
+            for s, (buf, compact, slot) in payload.items()
+        }
+        parts.range_samples += sum(len(r.slot) for r in out.values())
+        return out
 
     async def _range_batch(self, wants: list[tuple[int, list[int]]]) -> dict[int, RangeShard]:
         """Read the wanted samples of each shard by ranged GETs, all shards at once: the
@@ -636,11 +745,33 @@ class Engine:
         (neighbours less than ``_RANGE_GAP`` bytes apart share a GET), at most
         ``_RANGE_GETS`` GETs at a time. The whole-shard downloads go on meanwhile."""
         parts = self._parts()
+        got = await self._range_read(wants, asyncio.Semaphore(_RANGE_GETS))
+        out = {
+            s: RangeShard(buf, compact, slot, parts.random.decoder(s))
+            for s, (buf, compact, slot) in got.items()
+        }
+        parts.range_samples += sum(len(r.slot) for r in out.values())
+        return out
+
+    async def _range_read(
+        self,
+        wants: list[tuple[int, list[int]]],
+        sem: asyncio.Semaphore,
+        live: list[bool] | None = None,
+    ) -> dict[int, tuple[bytes, list[int], dict[int, int]]]:
+        """:meth:`_range_batch`'s reads, under ``sem``: per shard, the wanted samples back to
+        back, their offsets in that buffer, and each sample's slot (``live``: see
+        :meth:`lead_first`)."""
+        parts = self._parts()
         stats = parts.stats
-        sem = asyncio.Semaphore(_RANGE_GETS)
+
+        def check() -> None:
+            if live is not None and not live[0]:
+                raise _IterationOver
 
         async def get(store: Any, key: str, a: int, b: int, remote: str) -> bytes:
             async with sem:
+                check()
                 data: bytes = await store.get_range(key, a, b)
             stats.range_requests += 1
             stats.add_bytes(remote, len(data))
@@ -648,11 +779,12 @@ class Engine:
                 raise FormatError(f"range {a}-{b} came back with {len(data)} bytes", key)
             return data
 
-        async def one(s: int, locals_: list[int]) -> RangeShard:
+        async def one(s: int, locals_: list[int]) -> tuple[bytes, list[int], dict[int, int]]:
             shard = self.catalog.shards[s]
             assert shard.remote is not None
             store = self.stores.get(shard.remote)
             async with sem:
+                check()
                 offsets, _ = await self._range_offsets(parts, s)
             want = sorted(set(locals_))
             runs: list[tuple[int, int]] = []  # [first, last] index into ``want``, inclusive
@@ -676,10 +808,9 @@ class Engine:
                     chunks.append(mv[offsets[li] - base : offsets[li + 1] - base])
                     compact.append(compact[-1] + offsets[li + 1] - offsets[li])
             slot = {li: j for j, li in enumerate(want)}
-            return RangeShard(b"".join(chunks), compact, slot, parts.random.decoder(s))
+            return b"".join(chunks), compact, slot
 
         shards = await asyncio.gather(*(one(s, locals_) for s, locals_ in wants))
-        parts.range_samples += sum(len(r.slot) for r in shards)
         return {s: r for (s, _), r in zip(wants, shards)}
 
     async def _promoted(self, parts: _ProcessParts, s: int, li: int) -> dict[str, Any] | None:
@@ -843,6 +974,17 @@ def _compact(groups: Groups, ranged: dict[int, RangeShard]) -> BatchGroups:
     out.local = local
     out.which = groups.which if isinstance(groups, BatchGroups) else None
     return out
+
+
+class _IterationOver(Exception):
+    """The loader's iteration ended while its workers' first batches were being read."""
+
+
+def _forget_read(reads: dict[int, Any], s: int, task: Any) -> None:
+    if reads.get(s) is task:
+        del reads[s]
+    if not task.cancelled():
+        task.exception()  # retrieved here: a failed read raises in each caller instead
 
 
 def _forget_promotion(promoting: dict[int, asyncio.Task[bool]], s: int) -> Any:

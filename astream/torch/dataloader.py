@@ -31,9 +31,12 @@ from torch.utils.data._utils.fetch import _IterableDatasetFetcher
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 from torch.utils.data.dataloader import _InfiniteConstantSampler, _SingleProcessDataLoaderIter
 
+from astream import bridge
 from astream.core.batchdecode import batch_rows
+from astream.core.world import World
 from astream.errors import ConfigError
 from astream.placement import detect
+from astream.runtime.lead import LeadEnds, close_writers, open_pipes
 from astream.torch.batches import identity as _identity
 from astream.torch.dataset import StreamingDataset
 from astream.torch.shm import RingCollate
@@ -248,6 +251,8 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
             )
         self.num_samples_yielded = 0
         self._start = 0
+        # [True] while the main process's reads of the workers' first batches may go on
+        self._lead_live: list[bool] = [False]
         if self.batch_sampler is not None:
             self.batch_sampler.sampler = _EpochSampler(self)  # type: ignore[attr-defined]
 
@@ -314,11 +319,56 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
                 if lists is not None:
                     return _LeanIter(self, lists)
             return super()._get_iterator()
+        lead = self._lead_plan()
         gc.freeze()
         try:
-            return super()._get_iterator()
+            it = super()._get_iterator()
+        except BaseException:
+            if lead is not None:
+                self._core.engine._lead = None
+                lead[0].close()
+                close_writers(lead[1])
+            raise
         finally:
             gc.unfreeze()
+        if lead is not None:
+            ends, writers, per_worker = lead
+            self._core.engine._lead = None
+            ends.close()  # the workers hold their read ends now
+            live = self._lead_live = [True]
+            bridge.submit(self._core.engine.lead_first(per_worker, writers, live))
+        return it
+
+    def _lead_plan(self) -> tuple[LeadEnds, list[Any], list[Any]] | None:
+        """Before the workers start: the pipes and each worker's first-batch ranges, when this
+        process is to read them while the workers start (astream/runtime/lead.py): a cold
+        iteration that reads by ranges at all, of samples (not packed sequences)."""
+        ds = self._core
+        engine = ds.engine
+        if (
+            self._pack is not None
+            or ds.cfg.batch_size is None
+            or ds._worker_resume is not None
+            or not engine._may_range()
+        ):
+            return None
+        epoch, start = ds._current  # set by __iter__ (_take_epoch)
+        try:
+            place = detect(ds.cfg.replication)
+            w = place.world
+            world = World(w.num_nodes, w.ranks_per_node, self.num_workers)
+            plan = ds.plan(epoch)
+            per_worker = []
+            for worker in range(self.num_workers):
+                first = next(iter(plan.worker_batches(world, place.rank, worker, start)), None)
+                per_worker.append([] if first is None else engine.lead_wants(first))
+        except Exception:  # whatever it is, each worker meets it (and reports it) itself
+            return None
+        if not any(per_worker):
+            return None
+        ends, writers = open_pipes(self.num_workers)
+        engine._lead = ends
+        return ends, writers, per_worker
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds = self._core
@@ -339,6 +389,7 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
             if pack is not None:
                 pack.done = True
         finally:
+            self._lead_live[0] = False  # an iteration left early: no GET starts past it
             ds._current = (epoch, start)
             if ds._epochs.generation() == gen:  # no set_epoch/load_state_dict since
                 ds._epochs.reset(epoch + 1, 0)

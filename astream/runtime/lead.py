@@ -1,0 +1,149 @@
+"""The main process reads every DataLoader worker's first batch by ranges while the workers start.
+
+Theory of operation
+-------------------
+A cold iteration with workers begins with each worker reading its first batch by ranged GETs
+(``Engine._range_batch``). Left to the workers, that work starts only once a worker has forked,
+started its own loop thread and its own SDK client, and the workers' requests reach the server
+all at once and in no order, so worker 0's batch -- the one the DataLoader hands out first --
+completes about when every worker's does. The process that builds the loader already has its
+loop thread and its client (the index was read with them), so it reads the first batch of each
+worker instead, right after the workers are started: one queue of GETs in worker order (worker
+0's first), each shard's header read once for all workers, and each worker's bytes sent to it
+as soon as they are complete.
+
+Hand-over: one pipe per worker, made before the workers start (a forked worker inherits its
+end; a spawned one receives it with the dataset, which multiprocessing allows while it spawns).
+The message is ``(wants, shards)``: the (shard, samples) the main process read for that worker
+and, per shard, the compact buffer, its offsets and the slot of each sample (what
+:class:`~astream.runtime.reader.RangeShard` holds), or None when the read failed. A worker uses
+it only when ``wants`` equals what it would read itself; otherwise, and when no message comes
+(the main process gone), it reads its ranges itself as before. Nothing is written to the cache
+or to shared memory, so a kill -9 of any process leaves nothing behind: a pipe is closed by the
+kernel with the last process holding it.
+
+Pipes and processes: the main process closes its copies of the read ends once the workers are
+started, and a forked worker closes the inherited write ends (``os.register_at_fork``), so a
+writer whose worker is gone gets an error instead of blocking, and a reader whose main process
+is gone sees the end of the pipe. Each message is written by a daemon thread: a worker reads its
+message only when it reaches its first batch, and a message larger than the pipe's buffer waits
+for that.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+import time
+from multiprocessing.connection import Connection, Pipe
+
+__all__ = ["LeadEnds", "open_pipes", "send"]
+
+Wants = list[tuple[int, list[int]]]
+# shard -> (compact buffer, its offsets from 0, shard sample -> place in the buffer)
+Payload = dict[int, tuple[bytes, list[int], dict[int, int]]]
+
+_WRITERS: list[Connection] = []  # this process's write ends (closed in a forked child)
+_WAIT_S = 300.0  # at most this long for a message (the main process reads with retries)
+
+
+class LeadEnds:
+    """The read ends of one iteration's pipes, one per worker: what travels to the workers
+    with the dataset (picklable while the workers are spawned)."""
+
+    def __init__(self, readers: list[Connection]) -> None:
+        self.readers: list[Connection | None] = list(readers)
+        self.ppid = os.getpid()  # the process that reads the batches (workers' parent)
+
+    def take(self, worker: int) -> Connection | None:
+        """Worker ``worker``'s read end; the others' copies are closed here."""
+        mine = None
+        for w, r in enumerate(self.readers):
+            if r is None:
+                continue
+            if w == worker:
+                mine = r
+            else:
+                r.close()
+        self.readers = []
+        return mine
+
+    def close(self) -> None:
+        for r in self.readers:
+            if r is not None:
+                r.close()
+        self.readers = []
+
+
+def open_pipes(n: int) -> tuple[LeadEnds, list[Connection]]:
+    """``n`` one-way pipes: the read ends (for the workers) and the write ends (kept here)."""
+    readers, writers = [], []
+    for _ in range(n):
+        r, w = Pipe(duplex=False)
+        readers.append(r)
+        writers.append(w)
+    _WRITERS.extend(writers)
+    return LeadEnds(readers), writers
+
+
+def send(conn: Connection, wants: Wants, payload: Payload | None) -> None:
+    """Write one worker's message from a daemon thread (see the module's docstring)."""
+    data = pickle.dumps((wants, payload), protocol=pickle.HIGHEST_PROTOCOL)
+
+    def write() -> None:
+        try:
+            conn.send_bytes(data)
+        except OSError:
+            pass  # the worker is gone (or never reached its first batch and exited)
+        finally:
+            _forget(conn)
+
+    threading.Thread(target=write, name="astream-lead", daemon=True).start()
+
+
+def _forget(conn: Connection) -> None:
+    try:
+        _WRITERS.remove(conn)
+    except ValueError:
+        pass
+    conn.close()
+
+
+def close_writers(writers: list[Connection]) -> None:
+    for w in writers:
+        _forget(w)
+
+
+def receive(conn: Connection, ppid: int) -> tuple[Wants, Payload | None] | None:
+    """This worker's message, or None when none comes (the pipe ended, this worker was
+    orphaned, or ``_WAIT_S`` passed). The read end is closed either way. ``ppid`` is the
+    loader's process; a worker started by a forkserver has another parent, whose change
+    (the worker orphaned) is what is watched then."""
+    try:
+        deadline = time.monotonic() + _WAIT_S
+        parent = os.getppid()
+        if parent != ppid and parent == 1:
+            return None  # orphaned already: the loader's process is gone
+        while not conn.poll(0.5):
+            if os.getppid() != parent or time.monotonic() > deadline:
+                return None
+        got: tuple[Wants, Payload | None] = pickle.loads(conn.recv_bytes())
+        return got
+    except (EOFError, OSError, pickle.UnpicklingError):
+        return None
+    finally:
+        conn.close()
+
+
+def _after_fork_in_child() -> None:
+    # a forked worker must not hold the write ends: its own read end would never see EOF
+    for w in _WRITERS:
+        try:
+            w.close()
+        except OSError:
+            pass
+    _WRITERS.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,273 @@
+"""With DataLoader workers, the main process reads every worker's first batch by ranges while the
+workers start, and hands each worker its bytes (astream/runtime/lead.py).
+
+Real parts only: moto behind a FaultProxy that records every GET's Range, real DataLoader
+workers (fork and spawn). What tells the main process's reads from the workers' own: each
+shard's header is read once for all workers (each worker reading its own would read a header
+shared by two first batches twice), and the range GETs are counted in the main process's stats.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from astream import StreamingDataLoader
+from astream.core.shard import header_size
+from astream.core.world import World
+from astream.runtime.engine import Engine
+from astream.testing import FaultProxy
+
+from .conftest import MakeProxy
+from .test_first_batch import big, big_src, dataset, range_gets, s3_big, s3_opts, shard_sizes
+
+__all__ = ["big_src", "s3_big"]  # the module fixtures of test_first_batch, shared
+
+BS = 16
+
+
+def first_shards(ds: Any, workers: int) -> list[set[int]]:
+    """The shards of each worker's first batch (epoch 0, from the start)."""
+    plan = ds.plan(0)
+    out = []
+    for w in range(workers):
+        ids = next(iter(plan.worker_batches(World(1, 1, workers), 0, w, 0)))
+        out.append({ds.catalog.locate_one(int(i))[0] for i in ids})
+    return out
+
+
+def header_gets(ds: Any, proxy: FaultProxy, sizes: dict[str, int]) -> dict[int, int]:
+    """shard -> how many times its header was read by range."""
+    out: dict[int, int] = {}
+    for s, shard in enumerate(ds.catalog.shards):
+        name = shard.raw_key.rsplit("/", 1)[-1]
+        head = f"bytes=0-{header_size(ds.catalog.entries[s].samples) - 1}"
+        n = sum(1 for nm, r in range_gets(proxy, sizes) if nm == name and r == head)
+        if n:
+            out[s] = n
+    return out
+
+
+def run(ds: Any, **kw: Any) -> list[list[int]]:
+    ld = StreamingDataLoader(ds, batch_size=BS, num_workers=2, **kw)
+    got = []
+    for b in ld:
+        ids = [int(x) for x in b["id"]]
+        assert [bytes(x) for x in b["data"]] == [big(i) for i in ids]
+        got.append(ids)
+    return got
+
+
+def lead_threads(wait: float = 10.0) -> list[threading.Thread]:
+    """The writer threads still alive after up to ``wait`` seconds (each ends once its worker
+    has read its message, or has exited: a moment after the batch that needed it)."""
+    deadline = time.monotonic() + wait
+    while True:
+        alive = [t for t in threading.enumerate() if t.name == "astream-lead"]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def pipe_fds() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
+        except OSError:
+            pass
+    return n
+
+
+@pytest.mark.parametrize(
+    "ctx",
+    [
+        None,
+        pytest.param("spawn", marks=pytest.mark.slow),
+        pytest.param("forkserver", marks=pytest.mark.slow),
+    ],
+)
+def test_main_reads_workers_first_batches(
+    s3_server: Any,
+    s3_big: str,
+    big_src: str,
+    make_proxy: MakeProxy,
+    tmp_path: Any,
+    ctx: str | None,
+) -> None:
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+    opts = s3_opts(proxy)
+    off = run(dataset(s3_big, opts, str(tmp_path / "off"), 0))
+    assert range_gets(proxy, sizes) == []
+    proxy.reset_stats()
+    ds = dataset(s3_big, opts, str(tmp_path / "on"), 1)
+    kw = {"multiprocessing_context": ctx} if ctx else {}
+    assert run(ds, **kw) == off
+    w0, w1 = first_shards(ds, 2)
+    assert w0 & w1  # a shard in both first batches: its header is what tells who read it
+    heads = header_gets(ds, proxy, sizes)
+    assert set(heads) == w0 | w1 and set(heads.values()) == {1}, heads
+    assert ds.engine._parts().stats.range_requests >= len(w0 | w1)  # counted here, in main
+    assert not lead_threads()
+
+
+def test_worker_reads_itself_when_the_bytes_differ(
+    s3_server: Any,
+    s3_big: str,
+    big_src: str,
+    make_proxy: MakeProxy,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker uses the main process's bytes only for exactly the samples it wants: here the
+    main process reads one sample fewer per shard (a stand-in for any disagreement), and each
+    worker reads its first batch itself -- so the shards in both first batches have their
+    header read three times (the main process, then each worker)."""
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+    opts = s3_opts(proxy)
+    off = run(dataset(s3_big, opts, str(tmp_path / "off"), 0))
+    real = Engine.lead_wants
+
+    def fewer(self: Engine, ids: Any) -> list[tuple[int, list[int]]]:
+        return [(s, loc[:-1]) for s, loc in real(self, ids)]
+
+    monkeypatch.setattr(Engine, "lead_wants", fewer)
+    proxy.reset_stats()
+    ds = dataset(s3_big, opts, str(tmp_path / "on"), 1)
+    assert run(ds) == off
+    w0, w1 = first_shards(ds, 2)
+    heads = header_gets(ds, proxy, sizes)
+    assert {s: heads.get(s) for s in w0 & w1} == {s: 3 for s in w0 & w1}, heads
+
+
+def test_no_pipe_or_thread_left(
+    s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """Three cold iterations, one of them left after its first batch: no pipe end and no
+    writer thread outlives them."""
+    proxy = make_proxy(s3_server.url)
+    opts = s3_opts(proxy)
+    before = pipe_fds()
+    for k in range(3):
+        ds = dataset(s3_big, opts, str(tmp_path / f"c{k}"), 1)
+        ld = StreamingDataLoader(ds, batch_size=BS, num_workers=2)
+        if k == 1:
+            it = iter(ld)
+            next(it)
+            del it  # the workers shut down with their first batch barely read
+        else:
+            assert sum(len(b["id"]) for b in ld) == 240
+    del ld, ds
+    assert not lead_threads()
+    from astream.runtime import lead
+
+    assert lead._WRITERS == []  # every write end closed by its thread
+    deadline = time.monotonic() + 10  # torch's own queues close as their loaders go
+    while pipe_fds() != before and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.1)
+    assert pipe_fds() == before
+
+
+def test_no_get_once_the_iteration_is_over(
+    s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """An iteration left before its workers' first batches are read: no GET starts, and each
+    worker is told (None) so it never waits."""
+    import pickle
+
+    from astream import bridge
+    from astream.runtime.lead import open_pipes
+
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "x"), 1)
+    plan = ds.plan(0)
+    per_worker = [
+        ds.engine.lead_wants(next(iter(plan.worker_batches(World(1, 1, 2), 0, w, 0))))
+        for w in range(2)
+    ]
+    assert all(per_worker)
+    for live, expect_bytes in (([False], False), ([True], True)):
+        ends, writers = open_pipes(2)
+        proxy.reset_stats()
+        bridge.run(ds.engine.lead_first(per_worker, writers, live))
+        for w, conn in enumerate(ends.readers):
+            assert conn is not None and conn.poll(30)
+            wants, payload = pickle.loads(conn.recv_bytes())
+            assert wants == per_worker[w] and (payload is not None) == expect_bytes
+        ends.close()
+        assert bool(range_gets(proxy, sizes)) == expect_bytes
+
+
+def test_worker_zero_samples_first(
+    s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """Every header first, then worker 0's sample ranges, then worker 1's: as they reach the
+    server, none of worker 1's sample GETs comes before the last of worker 0's."""
+    import numpy as np
+
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "o"), 1)
+    plan = ds.plan(0)
+    owner: dict[tuple[str, int], int] = {}  # (shard file, first byte of a sample) -> worker
+    for w in range(2):
+        ids = next(iter(plan.worker_batches(World(1, 1, 2), 0, w, 0)))
+        for s, locals_ in ds.engine.lead_wants(ids):
+            name = ds.catalog.shards[s].raw_key.rsplit("/", 1)[-1]
+            n = ds.catalog.entries[s].samples
+            with open(os.path.join(big_src, name), "rb") as f:
+                offsets = np.frombuffer(f.read(header_size(n)), np.uint32)[1:]
+            for li in locals_:
+                owner[(name, int(offsets[li]))] = w
+    proxy.reset_stats()
+    assert sum(len(b["id"]) for b in StreamingDataLoader(ds, batch_size=BS, num_workers=2)) == 240
+    order = []
+    for name, rng in range_gets(proxy, sizes):
+        start = int(rng.split("=")[1].split("-")[0])
+        if start > 0:  # a sample range (a header starts at byte 0)
+            order.append(owner[(name, start)])
+    assert order and set(order) == {0, 1}
+    assert order == sorted(order), order
+
+
+def _wait_for_message(ends: Any, ppid: int) -> None:
+    from astream.runtime.lead import receive
+
+    conn = ends.take(0)
+    t0 = time.monotonic()
+    got = receive(conn, ppid)
+    os._exit(0 if got is None and time.monotonic() - t0 < 20 else 1)
+
+
+def test_worker_stops_waiting_when_the_sender_is_gone() -> None:
+    """A forked worker holds no write end of its own pipe (closed at fork), so when the main
+    process's end goes (its process killed, here closed without a message) the worker sees the
+    pipe end at once and reads its ranges itself, instead of waiting out ``_WAIT_S``."""
+    import multiprocessing
+
+    from astream.runtime.lead import close_writers, open_pipes
+
+    ends, writers = open_pipes(1)
+    p = multiprocessing.get_context("fork").Process(
+        target=_wait_for_message, args=(ends, os.getpid())
+    )
+    p.start()
+    ends.close()
+    time.sleep(0.5)  # the worker is waiting on its pipe
+    close_writers(writers)
+    p.join(30)
+    try:
+        assert p.exitcode == 0
+    finally:
+        if p.is_alive():
+            p.kill()
+            p.join()
