@@ -58,7 +58,12 @@ from astream.shared import MAX_WORKERS, SharedInts
 __all__ = ["StreamingCore"]
 
 SLICE_S = 0.002  # the longest astream keeps the caller's loop on hot data (see aiter)
-_BASE, _START, _GEN, _KEEP_END, _SLOTS = 0, 1, 2, 3, 4
+_BASE, _START, _GEN, _KEEP_END, _OWNER, _ITER, _SLOTS = 0, 1, 2, 3, 4, 5, 6
+
+
+class _Stale(Exception):
+    """A DataLoader worker is starting an iteration its loader has already left (see
+    :meth:`_Epochs.set_iteration`): it runs empty and takes nothing shared."""
 
 
 class _Epochs(SharedInts):
@@ -82,6 +87,24 @@ class _Epochs(SharedInts):
 
     def keeps_end(self) -> bool:
         return bool(self._a[_KEEP_END]) and not int(self._a[_SLOTS:].max())
+
+    def set_iteration(self, n: int, owner: int | None = None) -> None:
+        """The StreamingDataLoader whose workers carry ``owner`` (a token it gives them when
+        it starts them; None: the same as before) runs iteration ``n`` of them (0: the first
+        after they start; persistent workers count on). A worker starting an earlier one --
+        torch makes a persistent worker's iterator only after the worker acknowledges the
+        iteration, so a slow worker can still be starting one the trainer left early when the
+        next begins -- must not take that next iteration's position (nor a packed resume's
+        cursors) for it."""
+        if owner is not None:
+            self._a[_OWNER] = owner
+        self._a[_ITER] = n
+
+    def iteration_of(self, owner: int | None) -> int:
+        """The iteration set for the workers carrying ``owner``; -1 for any other worker (a
+        plain DataLoader's: every iteration it starts is current)."""
+        a = self._a
+        return int(a[_ITER]) if owner is not None and int(a[_OWNER]) == owner else -1
 
     def generation(self) -> int:
         return int(self._a[_GEN])
@@ -425,6 +448,8 @@ class StreamingCore:
         self._progress: list[Any] = [0, None, 0]  # samples this process's iteration yielded
         self._worker_resume: dict[str, int] | None = None  # a worker's own loaded state
         self._worker_next: int | None = None  # a resumed worker's next epoch
+        self._iters = (0, 0)  # (pid, iterations this DataLoader worker started): _worker_iteration
+        self._loader_token: int | None = None  # set while a StreamingDataLoader starts workers
         self._hot: tuple[int, Any] | None = None  # the sample an override's super() call gets
         self._plans: dict[tuple[int, int | None], Any] = {}
         from astream.packing import setup
@@ -588,9 +613,20 @@ class StreamingCore:
         if self._pack_shared is not None:
             self._pack_shared.clear()
 
+    def _worker_iteration(self) -> None:
+        """Count this DataLoader worker's iterations; raise :class:`_Stale` when the one
+        starting now is one its loader has already left (see ``_Epochs.set_iteration``)."""
+        pid, n = self._iters
+        n = n if pid == os.getpid() else 0
+        self._iters = (os.getpid(), n + 1)
+        if n < self._epochs.iteration_of(self._loader_token):
+            raise _Stale
+
     def _take_epoch(self) -> tuple[int, int]:
         """Epoch and start of the iteration beginning now in this process (see module doc)."""
         me = _worker()
+        if me is not None:
+            self._worker_iteration()
         if me is None:
             epoch, start = self._next_position()
             self._epochs.reset(epoch + 1, 0)
@@ -636,6 +672,7 @@ class StreamingCore:
         resume = self._worker_resume
         me = _worker()
         if resume is not None and me is not None:
+            self._worker_iteration()
             self._worker_resume = None
             epoch, start, skip = resume["epoch"], resume["start"], resume["yielded"]
             self._current = (epoch, start)
@@ -670,7 +707,10 @@ class StreamingCore:
             from astream.packing import iter_packed
 
             return iter_packed(self)
-        batches, progress = self._start_iteration()
+        try:
+            batches, progress = self._start_iteration()
+        except _Stale:
+            return iter(())
         return self._samples(batches, progress)
 
     def _sample_lists(self) -> Iterator[Any] | None:
@@ -777,7 +817,10 @@ class StreamingCore:
             err = resharding_error()
             if err is not None:
                 raise err
-        batches, progress = self._start_iteration()
+        try:
+            batches, progress = self._start_iteration()
+        except _Stale:
+            return iter(())
         if finish is None:
 
             def finish(cb: Any) -> Any:

@@ -185,7 +185,12 @@ def _skip(batches: Iterator[Any], n: int) -> Iterator[Any]:
 def iter_packed(ds: Any, carry: bool = False) -> Iterator[dict[str, Any]]:
     """One iteration of ``ds``'s packed sequences in this process (see the module docstring).
     ``carry``: each item also holds ``KEY`` = (stream, samples, offset) after it."""
-    epoch, start = ds._take_epoch()
+    from astream.dataset import _Stale
+
+    try:
+        epoch, start = ds._take_epoch()
+    except _Stale:  # a DataLoader worker's iteration its loader has already left: empty
+        return iter(())
     place = detect(ds.cfg.replication)
     world, rank = place.world, place.rank
     begin, stream, samples, offset = ds._pack_shared.take(place.worker, epoch, start, world)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -201,6 +202,7 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
         self._core = dataset
         self._columns = batch_format is not None
         self._pack: Any = None
+        self._worker_iter = 0  # iterations of the current (persistent) workers, from 0
         if dataset.pack is not None:  # pack_to: sequences with their cursors (torch/packing.py)
             if handover == "ring" and batch_format is None:
                 raise ConfigError(
@@ -320,6 +322,12 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
                     return _LeanIter(self, lists)
             return super()._get_iterator()
         lead = self._lead_plan()
+        # the workers' copies of the dataset carry this loader's token: their iterations are
+        # counted against the loader's (dataset._Epochs.set_iteration), a plain DataLoader's not
+        core = self._core
+        core._loader_token = token = int.from_bytes(os.urandom(7), "little") + 1
+        self._worker_iter = 0
+        core._epochs.set_iteration(0, token)
         gc.freeze()
         try:
             it = super()._get_iterator()
@@ -331,6 +339,7 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
             raise
         finally:
             gc.unfreeze()
+            core._loader_token = None
         if lead is not None:
             ends, writers, per_worker = lead
             self._core.engine._lead = None
@@ -374,6 +383,11 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
         ds = self._core
         epoch, start = ds._take_epoch()
         gen = ds._epochs.reset(epoch, start)  # what every worker's next iteration runs
+        if self.num_workers > 0 and self.persistent_workers and self._iterator is not None:
+            # the next iteration of persistent workers (new ones: _get_iterator); one of them
+            # still starting an earlier iteration runs that one empty (dataset._Epochs)
+            self._worker_iter += 1
+            ds._epochs.set_iteration(self._worker_iter)
         self._start = start
         self.num_samples_yielded = 0
         pack = self._pack
