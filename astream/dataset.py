@@ -53,17 +53,12 @@ from astream.runtime.catalog import Catalog, check_hash_available
 from astream.runtime.config import DatasetConfig, check_dataset, resolve_steps
 from astream.runtime.engine import Engine
 from astream.runtime.stats import Stats
-from astream.shared import MAX_WORKERS, SharedInts
+from astream.shared import MAX_WORKERS, SharedInts, StaleIteration
 
 __all__ = ["StreamingCore"]
 
 SLICE_S = 0.002  # the longest astream keeps the caller's loop on hot data (see aiter)
 _BASE, _START, _GEN, _KEEP_END, _OWNER, _ITER, _SLOTS = 0, 1, 2, 3, 4, 5, 6
-
-
-class _Stale(Exception):
-    """A DataLoader worker is starting an iteration its loader has already left (see
-    :meth:`_Epochs.set_iteration`): it runs empty and takes nothing shared."""
 
 
 class _Epochs(SharedInts):
@@ -614,13 +609,13 @@ class StreamingCore:
             self._pack_shared.clear()
 
     def _worker_iteration(self) -> None:
-        """Count this DataLoader worker's iterations; raise :class:`_Stale` when the one
+        """Count this DataLoader worker's iterations; raise ``StaleIteration`` when the one
         starting now is one its loader has already left (see ``_Epochs.set_iteration``)."""
         pid, n = self._iters
         n = n if pid == os.getpid() else 0
         self._iters = (os.getpid(), n + 1)
         if n < self._epochs.iteration_of(self._loader_token):
-            raise _Stale
+            raise StaleIteration
 
     def _take_epoch(self) -> tuple[int, int]:
         """Epoch and start of the iteration beginning now in this process (see module doc)."""
@@ -709,7 +704,7 @@ class StreamingCore:
             return iter_packed(self)
         try:
             batches, progress = self._start_iteration()
-        except _Stale:
+        except StaleIteration:
             return iter(())
         return self._samples(batches, progress)
 
@@ -819,7 +814,7 @@ class StreamingCore:
                 raise err
         try:
             batches, progress = self._start_iteration()
-        except _Stale:
+        except StaleIteration:
             return iter(())
         if finish is None:
 

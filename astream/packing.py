@@ -47,7 +47,7 @@ from astream.core.packing import StreamLayout, pack_tokens
 from astream.core.world import World
 from astream.errors import ConfigError
 from astream.placement import dataloader_worker, detect
-from astream.shared import MAX_WORKERS, SharedInts
+from astream.shared import MAX_WORKERS, SharedInts, StaleIteration
 
 __all__ = ["KEY", "PackShared", "PackedBatch", "iter_packed", "merge_states", "setup"]
 
@@ -185,11 +185,9 @@ def _skip(batches: Iterator[Any], n: int) -> Iterator[Any]:
 def iter_packed(ds: Any, carry: bool = False) -> Iterator[dict[str, Any]]:
     """One iteration of ``ds``'s packed sequences in this process (see the module docstring).
     ``carry``: each item also holds ``KEY`` = (stream, samples, offset) after it."""
-    from astream.dataset import _Stale
-
     try:
         epoch, start = ds._take_epoch()
-    except _Stale:  # a DataLoader worker's iteration its loader has already left: empty
+    except StaleIteration:  # a worker's iteration its loader has already left: empty
         return iter(())
     place = detect(ds.cfg.replication)
     world, rank = place.world, place.rank

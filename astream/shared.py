@@ -18,6 +18,11 @@ import numpy as np
 MAX_WORKERS = 1024  # DataLoader workers per rank whose state a shared array can track
 
 
+class StaleIteration(Exception):
+    """A DataLoader worker is starting an iteration its loader has already left (see
+    ``astream.dataset._Epochs.set_iteration``): it runs empty and takes nothing shared."""
+
+
 class SharedInts:
     """``SIZE`` int64 slots in anonymous shared memory, zeroed or set from ``values``."""
 
