@@ -179,25 +179,40 @@ def row_group_shards(table: ParquetTable, columns: list[str] | None) -> list[Row
         for g, rg in enumerate(f.row_groups):
             ranges = merge_ranges([r for c in want for r in rg.chunks[pos[c]]])
             nbytes = sum(e - s for s, e in ranges)
-            out.append(
-                RowGroupShard(
-                    format="parquet",
-                    column_encodings=[types[c] for c in want],
-                    column_names=want,
-                    column_sizes=[None] * len(want),
-                    compression=None,
-                    hashes=[],
-                    raw_data=FileInfo(f"{f.key}.rg{g:05d}.{sig}", nbytes, {}),
-                    zip_data=None,
-                    samples=rg.rows,
-                    size_limit=None,
-                    source=f,
-                    row_group=g,
-                    projection=tuple(want),
-                    chunk_ranges=tuple(ranges),
-                )
-            )
+            name = f"{f.key}.rg{g:05d}.{sig}"
+            out.append(_rg_shard(f, g, want, types, name, nbytes, rg.rows, ranges))
     return out
+
+
+def _rg_shard(
+    f: ParquetFile,
+    g: int,
+    want: list[str],
+    types: dict[str, str],
+    name: str,
+    nbytes: int,
+    rows: int,
+    ranges: list[tuple[int, int]],
+) -> RowGroupShard:
+    """Row group ``g`` of ``f`` as a virtual shard of the columns ``want`` (of ``types``),
+    its chunks' merged byte ``ranges`` (``nbytes`` in all) cached under ``name``: the one
+    constructor of both the object index (:func:`row_group_shards`) and the compact one."""
+    return RowGroupShard(
+        format="parquet",
+        column_encodings=[types[c] for c in want],
+        column_names=want,
+        column_sizes=[None] * len(want),
+        compression=None,
+        hashes=[],
+        raw_data=FileInfo(name, nbytes, {}),
+        zip_data=None,
+        samples=rows,
+        size_limit=None,
+        source=f,
+        row_group=g,
+        projection=tuple(want),
+        chunk_ranges=tuple(ranges),
+    )
 
 
 def select_keys(keys: list[str], split: str | None) -> list[str]:
@@ -561,22 +576,10 @@ class RowGroupTable(ShardTable):
         chunks = f.row_groups[g].chunks
         want = self.want
         ranges = merge_ranges([r for p in self.pos[int(ct.schema[i])] for r in chunks[p]])
-        got = self._rows[j] = RowGroupShard(
-            format="parquet",
-            column_encodings=[self.types_of[c] for c in want],
-            column_names=want,
-            column_sizes=[None] * len(want),
-            compression=None,
-            hashes=[],
-            raw_data=FileInfo(self.raw_names[j], int(self.raw_bytes[j]), {}),
-            zip_data=None,
-            samples=int(self.samples[j]),
-            size_limit=None,
-            source=f,
-            row_group=g,
-            projection=tuple(want),
-            chunk_ranges=tuple(ranges),
-        )
+        got = self._rows[j] = _rg_shard(
+            f, g, want, self.types_of, self.raw_names[j], int(self.raw_bytes[j]),
+            int(self.samples[j]), ranges,
+        )  # fmt: skip
         return got
 
     def to_compact(self, meta: dict[str, Any], extra: dict[str, Any]) -> bytes | None:
