@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from astream.dataset import StreamingCore
+from astream.runtime.stores import close_loop_stores_since, loop_store_keys
 from astream.writer.aio import AsyncMDSWriter
 
 __all__ = ["AsyncMDSWriter", "AsyncStreamingDataset"]
@@ -36,9 +37,16 @@ class AsyncStreamingDataset(StreamingCore):
         """Build the dataset with its I/O awaited on the running loop (never blocking it)."""
         self = cls.__new__(cls)
         steps = self._build(cls._arguments(kwargs))
+        before = loop_store_keys()
         load = next(steps)
         try:
             steps.send(await load)
         except StopIteration:
             return self
+        except BaseException:
+            # failed or cancelled: no dataset reaches the caller, so nothing could ever close
+            # the connections this open made on the caller's loop (aiohttp would report an
+            # unclosed session when the loop goes)
+            await close_loop_stores_since(before)
+            raise
         raise AssertionError("_build yields once")  # pragma: no cover

@@ -100,6 +100,19 @@ class StorePool:
         await _close_loop_stores()
 
 
+def loop_store_keys() -> frozenset[_Key]:
+    """The keys of the stores open on the running loop (see :func:`close_loop_stores_since`)."""
+    return frozenset(_by_loop.get(asyncio.get_running_loop(), ()))
+
+
+async def close_loop_stores_since(before: frozenset[_Key]) -> None:
+    """Close the running loop's stores opened after ``before`` was taken: what a failed or
+    cancelled ``AsyncStreamingDataset.open`` opened, which no dataset returned can close."""
+    stores = _by_loop.get(asyncio.get_running_loop(), {})
+    for key in [k for k in stores if k not in before]:
+        await stores.pop(key).aclose()
+
+
 async def _close_loop_stores() -> None:
     stores = _by_loop.pop(asyncio.get_running_loop(), None) or {}
     for store in stores.values():

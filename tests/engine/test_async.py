@@ -9,6 +9,7 @@ gap bounds loose enough to hold under load that still catch a loop held for a wh
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ import time
 import uuid
 from typing import Any
 
+import aiohttp
 import numpy as np
 import pytest
 
@@ -177,6 +179,15 @@ def test_open_is_cancellable_against_a_hanging_endpoint(
 ) -> None:
     proxy = make_proxy(s3_server.url, latency=30.0)  # answers nothing for 30 s
 
+    def sessions_open_here() -> list[Any]:
+        gc.collect()
+        loop = asyncio.get_running_loop()
+        return [
+            o
+            for o in gc.get_objects()
+            if type(o) is aiohttp.ClientSession and o._loop is loop and not o.closed
+        ]
+
     async def main() -> float:
         start = time.perf_counter()
         with pytest.raises(TimeoutError):
@@ -186,7 +197,11 @@ def test_open_is_cancellable_against_a_hanging_endpoint(
                     local=str(tmp_path / "c"),
                     storage_options={"endpoint_url": proxy.url},
                 )
-        return time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        # the cancelled open closed the SDK session it had opened on this loop (else aiohttp
+        # reports "Unclosed client session" when the loop goes)
+        assert sessions_open_here() == []
+        return elapsed
 
     assert asyncio.run(main()) < 5.0
 
