@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import summarize
+from benchmarks.run import VARIANTS as RUN_VARIANTS
 from benchmarks.run import Harness, parse_args
 
 VARIANTS = (  # (name in the results, runner, extra spec)
@@ -32,8 +33,17 @@ VARIANTS = (  # (name in the results, runner, extra spec)
     ("astream-batch", "astream", {"batch_format": "torch"}),
     ("mosaic", "mosaic", {}),
     ("lit", "lit", {}),
+    # matched shuffle (benchmarks.run's --shuffle both): astream's batches in the reference's
+    # own order (py1e at its default block, what mosaic yields), litdata at its strongest
+    ("astream-batch-py1e", "astream", {"batch_format": "torch", **RUN_VARIANTS["astream-py1e"][1]}),
+    ("lit-full", "lit", dict(RUN_VARIANTS["lit-full"][1])),
 )
-METRICS = (("samples_per_s", True), ("mb_per_s", True), ("peak_pss_mb", False))
+METRICS = (
+    ("samples_per_s", True),
+    ("mb_per_s", True),
+    ("peak_pss_mb", False),
+    ("order_score", None),  # shuffle quality of the yielded ids: 0 index order, ~1 random
+)
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
@@ -67,9 +77,11 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             for rep in range(a.reps):
                 for name, lib, extra in variants:
                     spec = h.spec_for(lib, {"scenario": "epoch", "workload": wl, "cold": False})
-                    spec.update(num_workers=w, **extra)
+                    spec.update(num_workers=w, record_ids=True, **extra)
                     path = spec.pop("_pythonpath", None)
                     r = h.run_one(lib, spec) if path is None else _run_in(h, path, spec)
+                    if "yielded_ids" in r:
+                        r.update(h.shuffle_scores(lib, spec, r.pop("yielded_ids")))
                     h.records.append({"key": key, "lib": name, "rep": rep, **r})
                     h.log(f"{key} {name} rep{rep}: {r.get('samples_per_s', r.get('reason'))}")
     meta = {
@@ -113,21 +125,25 @@ def report(res: dict[str, Any]) -> str:
         "# Column batches beside sample dicts and the peers (hot, page cache warm)",
         "",
         f"scale {meta['scale']}, batch {meta['batch_size']}, medians of {meta['reps']} "
-        f"interleaved repetitions, {meta['date']}. Ratios: astream-batch / other, oriented so "
-        ">1 means astream-batch is better.",
+        f"interleaved repetitions, {meta['date']}. Ratios: astream-batch (or, matched shuffle, "
+        "astream-batch-py1e) / other, oriented so >1 means astream is better.",
         "",
     ]
-    others = [n for n in names if n != "astream-batch"]
-    head = ["case", "metric", *names, *[f"batch vs {n}" for n in others]]
+    py1e = "astream-batch-py1e"
+    pairs = [("astream-batch", n) for n in names if n not in ("astream-batch", py1e)]
+    if py1e in names:
+        pairs += [(py1e, n) for n in ("mosaic", "lit-full") if n in names]
+    short = {"astream-batch": "batch", py1e: "py1e"}
+    head = ["case", "metric", *names, *[f"{short[a]} vs {n}" for a, n in pairs]]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in sorted(k for k in res["figures"] if k.startswith("hot/")):
         for metric, higher in METRICS:
             vals = {n: _med(res, key, n, metric) for n in names}
-            row = [key, metric, *[f"{v:,.1f}" if v is not None else "-" for v in vals.values()]]
-            b = vals.get("astream-batch")
-            for n in others:
-                o = vals[n]
-                ok = b is not None and o is not None and b > 0 and o > 0
+            fmt = "{:,.3f}" if higher is None else "{:,.1f}"
+            row = [key, metric, *[fmt.format(v) if v is not None else "-" for v in vals.values()]]
+            for a, n in pairs:
+                b, o = vals.get(a), vals[n]
+                ok = higher is not None and b is not None and o is not None and b > 0 and o > 0
                 row.append(f"{(b / o if higher else o / b):.2f}x" if ok else "-")  # type: ignore[operator]
             lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Sequential read of each library's files (page cache warm), MB/s, and hot MB/s "
