@@ -129,25 +129,6 @@ def _pyarrow() -> Any:
     return pyarrow
 
 
-class ParquetSource(ArrowBatches):
-    kind = "parquet"
-
-    def _file(self) -> Any:
-        _pyarrow()
-        import pyarrow.parquet as pq
-
-        try:
-            return pq.ParquetFile(self.path)
-        except Exception as exc:  # pyarrow raises its own ArrowInvalid
-            raise FormatError(f"not a Parquet file ({exc})", self.path) from None
-
-    def count(self) -> int:
-        return int(self._file().metadata.num_rows)
-
-    def batches(self) -> Iterator[Any]:
-        return iter(self._file().iter_batches(batch_size=1024))
-
-
 class ParquetTableSource(ArrowBatches):
     """A table of ``*.parquet`` objects: a remote prefix (``s3://``, ``gs://``, ``azure://``...),
     one remote object, or a local directory. The footers are read by ranged GETs, concurrently,
@@ -393,6 +374,14 @@ def open_source(path: str, fmt: str | None = None, split: str | None = None) -> 
         raise ConfigError(f"input: {path!r} does not exist")
     if os.path.isdir(path) and fmt == "parquet":
         return ParquetTableSource(path, split=split)
+    if not os.path.isdir(path) and (
+        fmt == "parquet" or (fmt is None and path.lower().endswith((".parquet", ".pq")))
+    ):
+        if split:
+            raise ConfigError("--split selects files in a directory, not in one file")
+        # one file: a table of one, so its row groups are read conditionally on the
+        # identity its footer was read with (a file rewritten mid-convert is an error)
+        return ParquetTableSource(os.path.dirname(path), files=[os.path.basename(path)])
     if split:
         raise ConfigError("--split is for a Parquet table (a remote prefix, or a directory "
                           "with --format parquet)")  # fmt: skip
@@ -404,8 +393,6 @@ def open_source(path: str, fmt: str | None = None, split: str | None = None) -> 
             fmt = "jsonl"
         elif ext in (".csv", ".tsv"):
             fmt = "csv"
-        elif ext in (".parquet", ".pq"):
-            fmt = "parquet"
         else:
             raise ConfigError(
                 f"input: cannot tell the format of {path!r} from its name; pass --format"
@@ -413,13 +400,12 @@ def open_source(path: str, fmt: str | None = None, split: str | None = None) -> 
     classes: dict[str, type[Source]] = {
         "jsonl": JsonlSource,
         "csv": CsvSource,
-        "parquet": ParquetSource,
         "folder": FolderSource,
         "huggingface": HfDiskSource,
     }
     cls = classes.get(fmt)
     if cls is None:
-        raise ConfigError(f"--format: unknown {fmt!r}; choose from {sorted(classes)}")
+        raise ConfigError(f"--format: unknown {fmt!r}; choose from {sorted([*classes, 'parquet'])}")
     src = cls(path)
     if os.path.isdir(path):
         src.nbytes = sum(

@@ -155,3 +155,48 @@ def test_file_rewritten_during_convert_is_object_changed(
     assert "error: changed since the index was built" in err and "part-1.parquet]" in err, err
     with pytest.raises(ObjectChangedError, match=r"changed since the .*part-1\.parquet\]"):
         list(source.rows(30, 80))  # the source opened before the rewrite
+
+
+def test_one_local_file_is_read_conditionally(
+    tmp_path: Any, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A single local ``.parquet`` input is a table of one file: its rows convert exactly, a
+    file rewritten after its footer was read fails with ObjectChangedError naming it, and a
+    file that is not Parquet is a FormatError naming it."""
+    import pyarrow.parquet as pq
+
+    from astream.cli.sources import ParquetTableSource, open_source
+    from astream.errors import FormatError, ObjectChangedError
+
+    src = str(tmp_path / "src")
+    write_table(src)
+    one = os.path.join(src, "part-1.parquet")
+    want = pq.read_table(one).column("label").to_pylist()
+    source = open_source(one)
+    assert isinstance(source, ParquetTableSource)
+    assert source.count() == len(want)
+    assert [r["label"] for r in source.rows(0, source.count())] == want
+
+    shorter = str(tmp_path / "short.parquet")
+    pq.write_table(pq.read_table(one).slice(0, 10), shorter)
+    os.replace(shorter, one)  # rewritten after `source` read its footer
+    with pytest.raises(ObjectChangedError, match=r"changed since the .*part-1\.parquet\]"):
+        list(source.rows(0, 5))
+
+    real = ParquetTableSource._read_table
+
+    def then_rewrite(self: Any) -> Any:
+        got = real(self)
+        pq.write_table(pq.read_table(one).slice(0, 3), one)
+        return got
+
+    monkeypatch.setattr(ParquetTableSource, "_read_table", then_rewrite)
+    code, _, err = _cli(capsys, "convert", one, str(tmp_path / "out"), "--columns", COLUMNS)
+    assert code != 0
+    assert "error: changed since the index was built" in err and "part-1.parquet]" in err, err
+    monkeypatch.undo()
+
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet at all, just some bytes")
+    with pytest.raises(FormatError, match=r"bad\.parquet"):
+        open_source(str(bad))
