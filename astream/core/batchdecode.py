@@ -409,6 +409,7 @@ class RowStore:
         self.lens = np.zeros((0, lay.nvar), np.int64)
         self.code = np.zeros((0, lay.ncode), np.uint8)
         self.bad = np.zeros(0, bool)
+        self._cols: Any = None  # columns(): None until asked, False when not lean
 
     def next_batch(self) -> None:
         """Called before a batch's shards are looked up: the only time rows may move."""
@@ -427,7 +428,38 @@ class RowStore:
                 at += k
             self.used = {s: self.used[s] for s in keep}
             self.rows = at
+            if self._cols is not False:
+                self._cols = None
             self.nbad = int(self.bad.sum())
+
+    def columns(self) -> list[tuple[str, int, Any, Any, np.dtype[Any]]] | None:
+        """Per column, what :meth:`ColumnBatch._lean` reads: ``(name, 0, typed table column,
+        None, dtype)`` for a scalar, ``(name, 1, payload bytes column, start column, dtype)``
+        for a variable column (bytes, typed 1-D ndarray); None when some column is neither.
+        Views of the current tables (remade after they grow or are compacted)."""
+        if self._cols is False:
+            return None
+        if self._cols is None:
+            lay = self.layout
+            cols: list[tuple[str, int, Any, Any, np.dtype[Any]]] = []
+            for k, c in enumerate(lay.specs):
+                si = lay.small[k]
+                if c.kind == "fixed" and si >= 0 and not c.shape and c.dtype is not None:
+                    if c.size != c.dtype.itemsize:
+                        break
+                    cols.append((c.name, 0, self.small[si].view(c.dtype)[:, 0], None, c.dtype))
+                elif c.kind in ("bytes", "array") and c.dtype is not None and c.var_index >= 0:
+                    start = self.start[:, lay.start[k]]
+                    cols.append((c.name, 1, self.lens[:, c.var_index], start, c.dtype))
+                else:
+                    break
+            else:
+                self._cols = cols
+                return cols
+            self._cols = False
+            return None
+        out: list[tuple[str, int, Any, Any, np.dtype[Any]]] = self._cols
+        return out
 
     def base_of(self, s: int) -> int | None:
         b = self.base.get(s)
@@ -448,6 +480,8 @@ class RowStore:
             self.small = [grow(a) for a in self.small]
             self.start, self.lens = grow(self.start), grow(self.lens)
             self.code, self.bad = grow(self.code), grow(self.bad)
+            if self._cols is not False:
+                self._cols = None
         for dst, src in zip(self.small, t.small):
             dst[at:need] = src
         self.start[at:need] = t.start
@@ -606,7 +640,8 @@ class ColumnBatch:
         """The batch's arrays, each from ``alloc`` (None: one reused buffer of this process's
         :data:`POOL` for the whole batch)."""
         if alloc is None:
-            return POOL.finish(self)
+            lean = self._lean()
+            return lean if lean is not None else POOL.finish(self)
         out: dict[str, np.ndarray[Any, Any]] = {}
         for k, c in enumerate(self.specs):
             if c.kind == "fixed":
@@ -615,6 +650,61 @@ class ColumnBatch:
                 out[c.name] = self._strings(k, c, alloc)
             else:
                 self._ragged(k, c.name, self._dtype_of(k, c), alloc, out)
+        return out
+
+    def _lean(self) -> dict[str, np.ndarray[Any, Any]] | None:
+        """The batch in fresh numpy memory, for the common layouts, with the fewest numpy calls
+        (about one per column plus the copy loop); None where :meth:`finish`'s general path is
+        needed: ``pad``, string or fixed non-scalar columns, untyped ndarrays, tiny or large
+        values (one fancy-index copy, ``preadv``), or a batch the pool should hold (at least
+        ``POOL.min_bytes``). Same arrays as the general path with :func:`np_alloc`."""
+        store = self.store
+        if store is None or self.ragged != "offsets":
+            return None
+        cols = store.columns()
+        if cols is None:
+            return None
+        rows, n = self.rows, self.size
+        if n == 0:
+            return None
+        out: dict[str, np.ndarray[Any, Any]] = {}
+        copies = []
+        bound = 0
+        for name, kind, col, start, dt in cols:
+            if kind == 0:  # a scalar: its typed table column
+                out[name] = col[rows]
+                continue
+            out[name] = out[f"{name}_offsets"] = None  # type: ignore[assignment]  # key order
+            nbytes = col[rows]
+            offs = np.empty(n + 1, np.int64)
+            offs[0] = 0
+            if dt.itemsize == 1:
+                nbytes.cumsum(out=offs[1:])
+            else:
+                (nbytes // dt.itemsize).cumsum(out=offs[1:])
+            total = int(offs[n]) * dt.itemsize
+            if (self.which is None and total <= _SMALL * n) or (self.files and total >= PREAD * n):
+                return None  # one fancy-index copy, or preadv: the general path
+            bound += total
+            copies.append((name, nbytes, start, dt, offs, total))
+        if bound >= POOL.min_bytes:
+            return None
+        which = self.which
+        for name, nbytes, start, dt, offs, total in copies:
+            srcs = start[rows]
+            values = np.empty(total // dt.itemsize, dt)
+            dst = memoryview(values.view(np.uint8))  # type: ignore[arg-type]
+            ends = (srcs + nbytes).tolist()
+            d = (offs if dt.itemsize == 1 else offs * dt.itemsize).tolist()
+            if which is None:
+                b = self._views_of()[0]
+                for d0, d1, s0, s1 in zip(d, d[1:], srcs.tolist(), ends):
+                    dst[d0:d1] = b[s0:s1]
+            else:
+                views = self._views_of()
+                for d0, d1, s0, s1, w in zip(d, d[1:], srcs.tolist(), ends, which):
+                    dst[d0:d1] = views[w][s0:s1]
+            out[name], out[f"{name}_offsets"] = values, offs
         return out
 
     def _views_of(self) -> list[memoryview]:
