@@ -227,6 +227,17 @@ def _gather(buf: U8, starts: I64, width: int) -> U8:
     return out
 
 
+def _at(buf: U8, starts: I64, k: int) -> np.ndarray[Any, Any]:
+    """The little-endian ``k``-byte unsigned int (k in 1, 2, 4, 8) at each start of ``buf``:
+    one index into an overlapping view of ``buf`` (element ``i`` = the ``k`` bytes from byte
+    ``i``), no ``(n, k)`` index matrix as :func:`_gather` builds."""
+    if len(buf) < k:
+        return _gather(buf, starts, k).view(f"<u{k}").reshape(-1)
+    every = np.ndarray((len(buf) - k + 1,), f"<u{k}", buf, 0, (1,))
+    out: np.ndarray[Any, Any] = every[starts]
+    return out
+
+
 def _le_uint(b: U8) -> I64:
     """Little-endian unsigned ints from an ``(n, k)`` byte matrix (k in 1, 2, 4, 8)."""
     k = b.shape[1]
@@ -263,7 +274,9 @@ def shard_table(layout: Layout, buf: U8, offsets: I64) -> ShardTable:
         if size < 4 * nvar:
             bad[:] = True
         at = np.where(bad, 0, begin)
-        lens = np.ascontiguousarray(_gather(buf, at, 4 * nvar)).view("<u4").astype(np.int64)
+        lens = np.empty((n, nvar), np.int64)
+        for j in range(nvar):
+            lens[:, j] = _at(buf, at + 4 * j, 4)
         lens[bad] = 0
     else:
         lens = np.zeros((n, 0), np.int64)
@@ -285,7 +298,11 @@ def shard_table(layout: Layout, buf: U8, offsets: I64) -> ShardTable:
             if width == 0 or size < width:
                 small.append(np.zeros((n, width), np.uint8))
             else:
-                small.append(_gather(buf, np.where(bad | (pos + width > size), 0, pos), width))
+                at = np.where(bad | (pos + width > size), 0, pos)
+                if width in (1, 2, 4, 8):
+                    small.append(_at(buf, at, width).view(np.uint8).reshape(n, width))
+                else:
+                    small.append(_gather(buf, at, width))
         else:
             start[:, layout.start[k]] = pos
         pos = pos + nb
@@ -320,7 +337,7 @@ def _array_header(
     counts = np.zeros(n, np.int64)
     for w in np.flatnonzero(np.bincount(width[~bad], minlength=4)).tolist():
         sel = (width == w) & ~bad
-        counts[sel] = _le_uint(_gather(buf, head[sel] + 1, 1 << w))
+        counts[sel] = _at(buf, head[sel] + 1, 1 << w)
     bad |= counts * item != nb - hsize
     return np.where(bad, 0, hsize)
 
