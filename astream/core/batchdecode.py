@@ -594,6 +594,10 @@ class ColumnBatch:
         self._views: list[memoryview] | None = None
         self._lens: dict[int, I64] = {}
         self._sums: dict[int, int] = {}
+        # the planned chunk this batch is samples span[0]:span[1] of (reader.Chunk), if any:
+        # the lean path then slices values computed once for the chunk (chunk_values)
+        self.chunk: Any = None
+        self.span = (0, 0)
 
     @property
     def specs(self) -> list[ColumnSpec]:
@@ -684,6 +688,10 @@ class ColumnBatch:
         rows, n = self.rows, self.size
         if n == 0:
             return None
+        if self.chunk is not None:
+            whole = chunk_values(self.chunk, store, cols)
+            if whole is not None:
+                return self._lean_chunk(cols, whole)
         out: dict[str, np.ndarray[Any, Any]] = {}
         copies = []
         bound = 0
@@ -720,6 +728,45 @@ class ColumnBatch:
             else:
                 views = self._views_of()
                 for d0, d1, s0, s1, w in zip(d, d[1:], srcs.tolist(), ends, which):
+                    dst[d0:d1] = views[w][s0:s1]
+            out[name], out[f"{name}_offsets"] = values, offs
+        return out
+
+    def _lean_chunk(
+        self, cols: list[tuple[str, int, Any, Any, np.dtype[Any]]], whole: list[Any]
+    ) -> dict[str, np.ndarray[Any, Any]] | None:
+        """:meth:`_lean` from the values of the whole chunk (:func:`chunk_values`): slices."""
+        lo, hi = self.span
+        n = hi - lo
+        out: dict[str, np.ndarray[Any, Any]] = {}
+        copies = []
+        bound = 0
+        for (name, kind, _col, _start, dt), got in zip(cols, whole):
+            if kind == 0:
+                out[name] = got[lo:hi].copy()
+                continue
+            ends, srcs, ends_b = got
+            offs = ends[lo : hi + 1] - ends[lo]
+            total = int(offs[n]) * dt.itemsize
+            if (self.which is None and total <= _SMALL * n) or (self.files and total >= PREAD * n):
+                return None  # one fancy-index copy, or preadv: the general path
+            bound += total
+            out[name] = out[f"{name}_offsets"] = None  # type: ignore[assignment]  # key order
+            copies.append((name, offs, total, srcs[lo:hi], ends_b[lo:hi], dt))
+        if bound >= POOL.min_bytes:
+            return None
+        which = self.which
+        for name, offs, total, srcl, endl, dt in copies:
+            values = np.empty(total // dt.itemsize, dt)
+            dst = memoryview(values.view(np.uint8))  # type: ignore[arg-type]
+            d = (offs if dt.itemsize == 1 else offs * dt.itemsize).tolist()
+            if which is None:
+                b = self._views_of()[0]
+                for d0, d1, s0, s1 in zip(d, d[1:], srcl, endl):
+                    dst[d0:d1] = b[s0:s1]
+            else:
+                views = self._views_of()
+                for d0, d1, s0, s1, w in zip(d, d[1:], srcl, endl, which):
                     dst[d0:d1] = views[w][s0:s1]
             out[name], out[f"{name}_offsets"] = values, offs
         return out
@@ -807,6 +854,45 @@ class ColumnBatch:
         arr = alloc(res.shape, res.dtype)
         arr[...] = res
         return arr
+
+
+def chunk_values(
+    chunk: Any, store: RowStore, cols: list[tuple[str, int, Any, Any, np.dtype[Any]]]
+) -> list[Any] | None:
+    """What :meth:`ColumnBatch._lean` needs of every sample of a planned chunk
+    (``reader.Chunk``: each sample's shard and index in it), read from ``store`` in one pass
+    once all the chunk's shards are in it (None before; asked again only after shards were
+    added): per column, a scalar's values, or a variable column's cumulative element counts
+    (``n + 1``) and each value's start and end bytes in its shard (lists). Values, not row
+    numbers: they stay right when the store is compacted."""
+    cache = chunk.cache  # (store, shards in the store when last tried, values or None)
+    if (
+        cache is not None
+        and cache[0] is store
+        and (cache[2] is not None or cache[1] == len(store.base))
+    ):
+        got: list[Any] | None = cache[2]
+        return got
+    base = store.base
+    held = len(base)
+    uniq, inv = np.unique(chunk.shards, return_inverse=True)
+    bases = [base.get(s) for s in uniq.tolist()]
+    if None in bases:
+        chunk.cache = (store, held, None)
+        return None
+    rows = np.asarray(bases, np.int64)[inv] + chunk.local
+    whole: list[Any] = []
+    for _name, kind, col, start, dt in cols:
+        if kind == 0:
+            whole.append(col[rows])
+            continue
+        nbytes = col[rows]
+        srcs = start[rows]
+        ends = np.zeros(len(rows) + 1, np.int64)
+        (nbytes if dt.itemsize == 1 else nbytes // dt.itemsize).cumsum(out=ends[1:])
+        whole.append((ends, srcs.tolist(), (srcs + nbytes).tolist()))
+    chunk.cache = (store, held, whole)
+    return whole
 
 
 def batch_rows(batch: dict[str, Any]) -> int:

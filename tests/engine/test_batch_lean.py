@@ -48,17 +48,23 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return out
 
 
-def _epoch(path: str, shuffle: bool, general: bool, mp: pytest.MonkeyPatch) -> list[Any]:
+def _epoch(
+    path: str, shuffle: bool, general: bool, mp: pytest.MonkeyPatch, calls: dict[str, int]
+) -> list[Any]:
     with mp.context() as m:
-        calls = {"lean": 0}
-        real = batchdecode.ColumnBatch._lean
+        real, real_chunk = batchdecode.ColumnBatch._lean, batchdecode.ColumnBatch._lean_chunk
 
         def spy(self: Any) -> Any:
             got = None if general else real(self)
             calls["lean"] += got is not None
             return got
 
+        def spy_chunk(self: Any, *a: Any) -> Any:
+            calls["chunk"] += 1
+            return real_chunk(self, *a)
+
         m.setattr(batchdecode.ColumnBatch, "_lean", spy)
+        m.setattr(batchdecode.ColumnBatch, "_lean_chunk", spy_chunk)
         ds = StreamingDataset(local=path, batch_size=13, shuffle=shuffle, shuffle_seed=5)
         got = list(ds.batches(ragged="offsets"))
         assert calls["lean"] == (0 if general else len(got))
@@ -77,8 +83,11 @@ def test_lean_equals_general_and_samples(
     monkeypatch.setattr(runtime_batch.BatchLayouts.__init__, "__defaults__", (max_shards,))
     path = data[name]
     n = 1500 if name == "grow" else 300
-    lean = _epoch(path, shuffle, False, monkeypatch)  # every batch kept until the end
-    general = _epoch(path, shuffle, True, monkeypatch)
+    calls = {"lean": 0, "chunk": 0}
+    lean = _epoch(path, shuffle, False, monkeypatch, calls)  # every batch kept until the end
+    # most batches slice their chunk's values (chunk_values), once its shards are all held
+    assert calls["chunk"] >= (len(lean) // 2 if name != "many" else 0), calls
+    general = _epoch(path, shuffle, True, monkeypatch, {"lean": 0, "chunk": 0})
     samples = list(StreamingDataset(local=path, batch_size=13, shuffle=shuffle, shuffle_seed=5))
     assert len(lean) == len(general) == -(-n // 13)
     for k, (a, b) in enumerate(zip(lean, general)):
