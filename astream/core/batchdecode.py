@@ -227,6 +227,17 @@ def _gather(buf: U8, starts: I64, width: int) -> U8:
     return out
 
 
+def _at(buf: U8, starts: I64, k: int) -> np.ndarray[Any, Any]:
+    """The little-endian ``k``-byte unsigned int (k in 1, 2, 4, 8) at each start of ``buf``:
+    one index into an overlapping view of ``buf`` (element ``i`` = the ``k`` bytes from byte
+    ``i``), no ``(n, k)`` index matrix as :func:`_gather` builds."""
+    if len(buf) < k:
+        return _gather(buf, starts, k).view(f"<u{k}").reshape(-1)
+    every = np.ndarray((len(buf) - k + 1,), f"<u{k}", buf, 0, (1,))
+    out: np.ndarray[Any, Any] = every[starts]
+    return out
+
+
 def _le_uint(b: U8) -> I64:
     """Little-endian unsigned ints from an ``(n, k)`` byte matrix (k in 1, 2, 4, 8)."""
     k = b.shape[1]
@@ -263,7 +274,9 @@ def shard_table(layout: Layout, buf: U8, offsets: I64) -> ShardTable:
         if size < 4 * nvar:
             bad[:] = True
         at = np.where(bad, 0, begin)
-        lens = np.ascontiguousarray(_gather(buf, at, 4 * nvar)).view("<u4").astype(np.int64)
+        lens = np.empty((n, nvar), np.int64)
+        for j in range(nvar):
+            lens[:, j] = _at(buf, at + 4 * j, 4)
         lens[bad] = 0
     else:
         lens = np.zeros((n, 0), np.int64)
@@ -285,7 +298,11 @@ def shard_table(layout: Layout, buf: U8, offsets: I64) -> ShardTable:
             if width == 0 or size < width:
                 small.append(np.zeros((n, width), np.uint8))
             else:
-                small.append(_gather(buf, np.where(bad | (pos + width > size), 0, pos), width))
+                at = np.where(bad | (pos + width > size), 0, pos)
+                if width in (1, 2, 4, 8):
+                    small.append(_at(buf, at, width).view(np.uint8).reshape(n, width))
+                else:
+                    small.append(_gather(buf, at, width))
         else:
             start[:, layout.start[k]] = pos
         pos = pos + nb
@@ -320,7 +337,7 @@ def _array_header(
     counts = np.zeros(n, np.int64)
     for w in np.flatnonzero(np.bincount(width[~bad], minlength=4)).tolist():
         sel = (width == w) & ~bad
-        counts[sel] = _le_uint(_gather(buf, head[sel] + 1, 1 << w))
+        counts[sel] = _at(buf, head[sel] + 1, 1 << w)
     bad |= counts * item != nb - hsize
     return np.where(bad, 0, hsize)
 
@@ -409,6 +426,7 @@ class RowStore:
         self.lens = np.zeros((0, lay.nvar), np.int64)
         self.code = np.zeros((0, lay.ncode), np.uint8)
         self.bad = np.zeros(0, bool)
+        self._cols: Any = None  # columns(): None until asked, False when not lean
 
     def next_batch(self) -> None:
         """Called before a batch's shards are looked up: the only time rows may move."""
@@ -427,7 +445,38 @@ class RowStore:
                 at += k
             self.used = {s: self.used[s] for s in keep}
             self.rows = at
+            if self._cols is not False:
+                self._cols = None
             self.nbad = int(self.bad.sum())
+
+    def columns(self) -> list[tuple[str, int, Any, Any, np.dtype[Any]]] | None:
+        """Per column, what :meth:`ColumnBatch._lean` reads: ``(name, 0, typed table column,
+        None, dtype)`` for a scalar, ``(name, 1, payload bytes column, start column, dtype)``
+        for a variable column (bytes, typed 1-D ndarray); None when some column is neither.
+        Views of the current tables (remade after they grow or are compacted)."""
+        if self._cols is False:
+            return None
+        if self._cols is None:
+            lay = self.layout
+            cols: list[tuple[str, int, Any, Any, np.dtype[Any]]] = []
+            for k, c in enumerate(lay.specs):
+                si = lay.small[k]
+                if c.kind == "fixed" and si >= 0 and not c.shape and c.dtype is not None:
+                    if c.size != c.dtype.itemsize:
+                        break
+                    cols.append((c.name, 0, self.small[si].view(c.dtype)[:, 0], None, c.dtype))
+                elif c.kind in ("bytes", "array") and c.dtype is not None and c.var_index >= 0:
+                    start = self.start[:, lay.start[k]]
+                    cols.append((c.name, 1, self.lens[:, c.var_index], start, c.dtype))
+                else:
+                    break
+            else:
+                self._cols = cols
+                return cols
+            self._cols = False
+            return None
+        out: list[tuple[str, int, Any, Any, np.dtype[Any]]] = self._cols
+        return out
 
     def base_of(self, s: int) -> int | None:
         b = self.base.get(s)
@@ -448,6 +497,8 @@ class RowStore:
             self.small = [grow(a) for a in self.small]
             self.start, self.lens = grow(self.start), grow(self.lens)
             self.code, self.bad = grow(self.code), grow(self.bad)
+            if self._cols is not False:
+                self._cols = None
         for dst, src in zip(self.small, t.small):
             dst[at:need] = src
         self.start[at:need] = t.start
@@ -543,6 +594,10 @@ class ColumnBatch:
         self._views: list[memoryview] | None = None
         self._lens: dict[int, I64] = {}
         self._sums: dict[int, int] = {}
+        # the planned chunk this batch is samples span[0]:span[1] of (reader.Chunk), if any:
+        # the lean path then slices values computed once for the chunk (chunk_values)
+        self.chunk: Any = None
+        self.span = (0, 0)
 
     @property
     def specs(self) -> list[ColumnSpec]:
@@ -606,7 +661,8 @@ class ColumnBatch:
         """The batch's arrays, each from ``alloc`` (None: one reused buffer of this process's
         :data:`POOL` for the whole batch)."""
         if alloc is None:
-            return POOL.finish(self)
+            lean = self._lean()
+            return lean if lean is not None else POOL.finish(self)
         out: dict[str, np.ndarray[Any, Any]] = {}
         for k, c in enumerate(self.specs):
             if c.kind == "fixed":
@@ -615,6 +671,104 @@ class ColumnBatch:
                 out[c.name] = self._strings(k, c, alloc)
             else:
                 self._ragged(k, c.name, self._dtype_of(k, c), alloc, out)
+        return out
+
+    def _lean(self) -> dict[str, np.ndarray[Any, Any]] | None:
+        """The batch in fresh numpy memory, for the common layouts, with the fewest numpy calls
+        (about one per column plus the copy loop); None where :meth:`finish`'s general path is
+        needed: ``pad``, string or fixed non-scalar columns, untyped ndarrays, tiny or large
+        values (one fancy-index copy, ``preadv``), or a batch the pool should hold (at least
+        ``POOL.min_bytes``). Same arrays as the general path with :func:`np_alloc`."""
+        store = self.store
+        if store is None or self.ragged != "offsets":
+            return None
+        cols = store.columns()
+        if cols is None:
+            return None
+        rows, n = self.rows, self.size
+        if n == 0:
+            return None
+        if self.chunk is not None:
+            whole = chunk_values(self.chunk, store, cols)
+            if whole is not None:
+                return self._lean_chunk(cols, whole)
+        out: dict[str, np.ndarray[Any, Any]] = {}
+        copies = []
+        bound = 0
+        for name, kind, col, start, dt in cols:
+            if kind == 0:  # a scalar: its typed table column
+                out[name] = col[rows]
+                continue
+            out[name] = out[f"{name}_offsets"] = None  # type: ignore[assignment]  # key order
+            nbytes = col[rows]
+            offs = np.empty(n + 1, np.int64)
+            offs[0] = 0
+            if dt.itemsize == 1:
+                nbytes.cumsum(out=offs[1:])
+            else:
+                (nbytes // dt.itemsize).cumsum(out=offs[1:])
+            total = int(offs[n]) * dt.itemsize
+            if (self.which is None and total <= _SMALL * n) or (self.files and total >= PREAD * n):
+                return None  # one fancy-index copy, or preadv: the general path
+            bound += total
+            copies.append((name, nbytes, start, dt, offs, total))
+        if bound >= POOL.min_bytes:
+            return None
+        which = self.which
+        for name, nbytes, start, dt, offs, total in copies:
+            srcs = start[rows]
+            values = np.empty(total // dt.itemsize, dt)
+            dst = memoryview(values.view(np.uint8))  # type: ignore[arg-type]
+            ends = (srcs + nbytes).tolist()
+            d = (offs if dt.itemsize == 1 else offs * dt.itemsize).tolist()
+            if which is None:
+                b = self._views_of()[0]
+                for d0, d1, s0, s1 in zip(d, d[1:], srcs.tolist(), ends):
+                    dst[d0:d1] = b[s0:s1]
+            else:
+                views = self._views_of()
+                for d0, d1, s0, s1, w in zip(d, d[1:], srcs.tolist(), ends, which):
+                    dst[d0:d1] = views[w][s0:s1]
+            out[name], out[f"{name}_offsets"] = values, offs
+        return out
+
+    def _lean_chunk(
+        self, cols: list[tuple[str, int, Any, Any, np.dtype[Any]]], whole: list[Any]
+    ) -> dict[str, np.ndarray[Any, Any]] | None:
+        """:meth:`_lean` from the values of the whole chunk (:func:`chunk_values`): slices."""
+        lo, hi = self.span
+        n = hi - lo
+        out: dict[str, np.ndarray[Any, Any]] = {}
+        copies = []
+        bound = 0
+        for (name, kind, _col, _start, dt), got in zip(cols, whole):
+            if kind == 0:
+                out[name] = got[lo:hi].copy()
+                continue
+            ends, srcs, ends_b = got
+            offs = ends[lo : hi + 1] - ends[lo]
+            total = int(offs[n]) * dt.itemsize
+            if (self.which is None and total <= _SMALL * n) or (self.files and total >= PREAD * n):
+                return None  # one fancy-index copy, or preadv: the general path
+            bound += total
+            out[name] = out[f"{name}_offsets"] = None  # type: ignore[assignment]  # key order
+            copies.append((name, offs, total, srcs[lo:hi], ends_b[lo:hi], dt))
+        if bound >= POOL.min_bytes:
+            return None
+        which = self.which
+        for name, offs, total, srcl, endl, dt in copies:
+            values = np.empty(total // dt.itemsize, dt)
+            dst = memoryview(values.view(np.uint8))  # type: ignore[arg-type]
+            d = (offs if dt.itemsize == 1 else offs * dt.itemsize).tolist()
+            if which is None:
+                b = self._views_of()[0]
+                for d0, d1, s0, s1 in zip(d, d[1:], srcl, endl):
+                    dst[d0:d1] = b[s0:s1]
+            else:
+                views = self._views_of()
+                for d0, d1, s0, s1, w in zip(d, d[1:], srcl, endl, which):
+                    dst[d0:d1] = views[w][s0:s1]
+            out[name], out[f"{name}_offsets"] = values, offs
         return out
 
     def _views_of(self) -> list[memoryview]:
@@ -700,6 +854,45 @@ class ColumnBatch:
         arr = alloc(res.shape, res.dtype)
         arr[...] = res
         return arr
+
+
+def chunk_values(
+    chunk: Any, store: RowStore, cols: list[tuple[str, int, Any, Any, np.dtype[Any]]]
+) -> list[Any] | None:
+    """What :meth:`ColumnBatch._lean` needs of every sample of a planned chunk
+    (``reader.Chunk``: each sample's shard and index in it), read from ``store`` in one pass
+    once all the chunk's shards are in it (None before; asked again only after shards were
+    added): per column, a scalar's values, or a variable column's cumulative element counts
+    (``n + 1``) and each value's start and end bytes in its shard (lists). Values, not row
+    numbers: they stay right when the store is compacted."""
+    cache = chunk.cache  # (store, shards in the store when last tried, values or None)
+    if (
+        cache is not None
+        and cache[0] is store
+        and (cache[2] is not None or cache[1] == len(store.base))
+    ):
+        got: list[Any] | None = cache[2]
+        return got
+    base = store.base
+    held = len(base)
+    uniq, inv = np.unique(chunk.shards, return_inverse=True)
+    bases = [base.get(s) for s in uniq.tolist()]
+    if None in bases:
+        chunk.cache = (store, held, None)
+        return None
+    rows = np.asarray(bases, np.int64)[inv] + chunk.local
+    whole: list[Any] = []
+    for _name, kind, col, start, dt in cols:
+        if kind == 0:
+            whole.append(col[rows])
+            continue
+        nbytes = col[rows]
+        srcs = start[rows]
+        ends = np.zeros(len(rows) + 1, np.int64)
+        (nbytes if dt.itemsize == 1 else nbytes // dt.itemsize).cumsum(out=ends[1:])
+        whole.append((ends, srcs.tolist(), (srcs + nbytes).tolist()))
+    chunk.cache = (store, held, whole)
+    return whole
 
 
 def batch_rows(batch: dict[str, Any]) -> int:

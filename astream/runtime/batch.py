@@ -217,7 +217,10 @@ def locate_batch(
         raise AssertionError("a flagged sample passed its checks")  # pragma: no cover
     if pq and not all(getattr(h, "has_file", lambda: True)() for h in files):
         files = []  # a row group decoded in memory: values are copied from the buffers
-    return ColumnBatch(store, size, ragged, rows, which, bufs, files)
+    cb = ColumnBatch(store, size, ragged, rows, which, bufs, files)
+    if isinstance(groups, BatchGroups) and groups.chunk is not None:
+        cb.chunk, cb.span = groups.chunk, groups.span
+    return cb
 
 
 def _locate_row_group(h: Any, s: int, store: RowStore, layouts: BatchLayouts) -> tuple[Any, int]:

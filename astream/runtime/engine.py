@@ -327,11 +327,17 @@ class Engine:
         la, pf, opener, open_shard, tracker = self._sync_reader(batches)
         multi = bool(stats.stream_samples)
         layouts = BatchLayouts(self.catalog)
+        # past the batches _ranged may read by ranges (and the first, which may take a lead
+        # hand-over) it has nothing to do: the prefetcher was released at the first batch
+        ranging = max(1, self.range_first_batches)
         try:
             for groups, size in la:
                 if tracker is not None:
                     tracker.batch()
-                ranged = self._ranged(groups, la, opener, pf)
+                if la.batches_taken > ranging:
+                    ranged = None
+                else:
+                    ranged = self._ranged(groups, la, opener, pf)
                 if ranged is None:
                     out = finish(locate_batch(groups, size, open_shard, layouts, ragged))
                 else:  # its own row tables: a range shard holds a few samples of its shard

@@ -556,14 +556,33 @@ class ShardOpener:
 Groups = list[tuple[int, list[int], list[int]]]
 
 
+class Chunk:
+    """The planned batches :func:`chunk_groups` grouped in one pass: each sample's shard and
+    index in it, in batch order, for what the columnar path computes once per chunk
+    (``batchdecode.chunk_values``; ``cache`` is its)."""
+
+    __slots__ = ("cache", "local", "shards")
+
+    def __init__(
+        self, shards: np.ndarray[Any, np.dtype[Any]], local: np.ndarray[Any, np.dtype[np.int64]]
+    ) -> None:
+        self.shards = shards
+        self.local = local
+        self.cache: Any = None
+
+
 class BatchGroups(Groups):
     """A batch's ids grouped by shard: ``(shard, positions in the batch, indices in the shard)``
     per shard, in order of first appearance. :func:`batch_groups` also sets ``local`` (each
     id's index in its shard, in batch order) and ``which`` (each id's group; None when there is
-    a single group), which the columnar path reads instead of walking the lists."""
+    a single group), which the columnar path reads instead of walking the lists;
+    :func:`chunk_groups` sets ``chunk`` (its :class:`Chunk`) and ``span`` (the batch's samples
+    in it)."""
 
     local: np.ndarray[Any, np.dtype[np.int64]] | None = None
     which: np.ndarray[Any, np.dtype[np.int64]] | None = None
+    chunk: Chunk | None = None
+    span: tuple[int, int] = (0, 0)
 
 
 def batch_groups(ids: np.ndarray[Any, np.dtype[np.int64]], catalog: Catalog) -> BatchGroups:
@@ -639,11 +658,13 @@ def chunk_groups(
     loc = local_a[order].tolist()
     sh, st, en = shard_a[first].tolist(), starts.tolist(), ends.tolist()
     runs, rs, bs_ = rank.tolist(), rstart.tolist(), bstart.tolist()
+    whole = Chunk(shard_a, local_a)
     out = []
     for b in range(nb):
         g = BatchGroups()
         lo, hi = bs_[b], bs_[b + 1]
         if hi > lo:
+            g.chunk, g.span = whole, (lo, hi)
             g.local = local_a[lo:hi]
             mine = runs[rs[b] : rs[b + 1]]
             if len(mine) == 1:
