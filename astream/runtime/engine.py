@@ -409,7 +409,9 @@ class Engine:
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
         if self._may_range():
             pf.hold()  # until the first batch's ranges are read (below)
-        la = Lookahead(batches, self.catalog, pf, self.ahead, idle=opener.idle)
+        la = Lookahead(
+            batches, self.catalog, pf, self.ahead, idle=opener.idle, further=self._further()
+        )
         tracker = self._track(parts.space, la)
         stats.live, multi = (weakref.ref(pf), weakref.ref(la)), bool(stats.stream_samples)
 
