@@ -435,6 +435,7 @@ class StreamingCore:
             keep_zip=keep_zip,
             allow_unsafe_types=allow_unsafe_types,
             ahead=ahead,
+            ahead_fixed=cfg.predownload is not None,
             cache_policy=kw["cache_policy"],
             range_first_batches=first,
         )

@@ -26,6 +26,7 @@ cache, since its samples cannot be addressed inside the compressed bytes.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import time
 import weakref
@@ -48,7 +49,7 @@ from astream.runtime.catalog import Catalog
 from astream.runtime.clocks import NodeClocks
 from astream.runtime.fetch import ShardFetcher, is_complete
 from astream.runtime.lead import LeadEnds
-from astream.runtime.prefetch import Lookahead, Prefetcher
+from astream.runtime.prefetch import FURTHER, Lookahead, Prefetcher
 from astream.runtime.reader import (
     BatchGroups,
     Groups,
@@ -122,6 +123,7 @@ class Engine:
         concurrency: int = 4,
         cache_policy: str = "next_use",
         range_first_batches: int = 1,
+        ahead_fixed: bool = False,
     ) -> None:
         self.catalog = catalog
         self.stores = stores
@@ -130,6 +132,7 @@ class Engine:
         self.keep_zip = keep_zip
         self.allow_unsafe_types = allow_unsafe_types
         self.ahead = ahead
+        self.ahead_fixed = ahead_fixed  # ``predownload`` given: never plan past it
         self.concurrency = concurrency
         self.cache_policy = check_policy(cache_policy)
         self.range_first_batches = range_first_batches  # see _range_wants
@@ -224,6 +227,14 @@ class Engine:
         space.future = tracker.next_use
         return tracker
 
+    def _further(self) -> int:
+        """How far past ``ahead`` a consumer that waits for a download may plan (a multiple of
+        it, see ``Lookahead.further``): only with no ``cache_limit`` (a prefetch then never
+        competes with the pinned working set for room) and no explicit ``predownload``."""
+        if self.cache_limit is not None or self.ahead_fixed:
+            return 1
+        return FURTHER
+
     def _file_shard(self) -> dict[str, int]:
         index = self._parts().file_shard
         if not index:
@@ -242,15 +253,26 @@ class Engine:
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
         if self._may_range():
             pf.hold()  # until the first batch's ranges are read (``_ranged``)
-        la = Lookahead(batches, self.catalog, pf, self.ahead, idle=opener.idle)
+        la = Lookahead(
+            batches, self.catalog, pf, self.ahead, idle=opener.idle, further=self._further()
+        )
         tracker = self._track(parts.space, la)
         stats.live = (weakref.ref(pf), weakref.ref(la))  # for astream.metrics
 
         def fetch(s: int) -> None:
-            fut = pf.take(s)
+            fut: Any = pf.take(s)
             with Stopwatch(stats):
-                ok = fut.result() if fut is not None else False  # type: ignore[union-attr]
+                # while this download runs, every other one that ends frees a slot: fill it
+                # with the plan's next shards (Lookahead.further), then wait again
+                while fut is not None and not fut.done():
+                    la.further()
+                    others: list[Any] = pf.running()  # bridge futures on this path
+                    concurrent.futures.wait(
+                        [fut, *others], return_when=concurrent.futures.FIRST_COMPLETED
+                    )
+                ok = fut.result() if fut is not None else False
                 if not ok:
+                    la.further()
                     bridge.run(self.download(s, True))
 
         def open_shard(s: int) -> OpenShard:
@@ -393,7 +415,9 @@ class Engine:
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
         if self._may_range():
             pf.hold()  # until the first batch's ranges are read (below)
-        la = Lookahead(batches, self.catalog, pf, self.ahead, idle=opener.idle)
+        la = Lookahead(
+            batches, self.catalog, pf, self.ahead, idle=opener.idle, further=self._further()
+        )
         tracker = self._track(parts.space, la)
         stats.live, multi = (weakref.ref(pf), weakref.ref(la)), bool(stats.stream_samples)
 

@@ -294,21 +294,35 @@ class ShardFetcher:
             parts = _parts(shard.ranges or ((0, size),), self.part_size)
             sem = asyncio.Semaphore(self.part_concurrency)
 
+            stream = getattr(store, "stream_range", None)
+            url = store.url_for(key)
+
             async def part(start: int, end: int, at: int) -> None:
                 async with sem:
-                    if shard.etag is None:
-                        data = await store.get_range(key, start, end)
+                    if stream is None:  # a store without streaming: whole part, then write
+                        if shard.etag is None:
+                            data = await store.get_range(key, start, end)
+                        else:
+                            data = await store.get_range(key, start, end, etag=shard.etag)
+                        got = len(data)
+                        if got == end - start:
+                            await loop.run_in_executor(None, _pwrite_all, fd, data, at)
                     else:
-                        data = await store.get_range(key, start, end, etag=shard.etag)
+                        got = await stream(
+                            key,
+                            start,
+                            end,
+                            _FileSink(fd, at, at + end - start, url),
+                            etag=shard.etag,
+                        )
                     self.stats.range_requests += 1
-                    if len(data) != end - start:
+                    if got != end - start:
                         raise FormatError(
                             f"object is shorter than the index says ({size} bytes): got "
-                            f"{len(data)} bytes for range {start}-{end}",
+                            f"{got} bytes for range {start}-{end}",
                             store.url_for(key),
                         )
-                    await loop.run_in_executor(None, _pwrite_all, fd, data, at)
-                    self.stats.add_bytes(shard.remote, len(data))
+                    self.stats.add_bytes(shard.remote, got)
 
             if not parts:
                 return
@@ -340,6 +354,27 @@ async def _gather_all(*coros: Coroutine[Any, Any, None]) -> None:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+
+
+class _FileSink:
+    """Writes a ranged GET's chunks into the temporary file as they arrive, each at its offset
+    (one ``pwrite`` per socket chunk, on the loop thread: a copy into the page cache, no
+    thread hand-off). Refuses bytes past ``stop``: a server that sent more than the range."""
+
+    __slots__ = ("at", "fd", "stop", "url")
+
+    def __init__(self, fd: int, at: int, stop: int, url: str) -> None:
+        self.fd, self.at, self.stop, self.url = fd, at, stop, url
+
+    def __call__(self, chunk: bytes) -> None:
+        at = self.at
+        if at + len(chunk) > self.stop:
+            raise FormatError(
+                f"the server sent more than the {self.stop - at} bytes left of the range",
+                self.url,
+            )
+        _pwrite_all(self.fd, chunk, at)
+        self.at = at + len(chunk)
 
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:

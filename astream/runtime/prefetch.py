@@ -39,6 +39,7 @@ __all__ = ["Lookahead", "Prefetcher"]
 
 _CHUNK = 2048  # samples grouped by shard in one pass (Lookahead)
 _CHUNK_BATCHES = 64
+FURTHER = 4  # how many times ``ahead`` a consumer waiting on a download may plan (further())
 
 
 class Prefetcher:
@@ -59,6 +60,7 @@ class Prefetcher:
         self._sem: asyncio.Semaphore | None = None
         self._pending: dict[int, concurrent.futures.Future[bool] | asyncio.Future[bool]] = {}
         self._gate: asyncio.Event | None = None  # see hold()
+        self.started = False  # a download was wanted (the cache is not hot)
 
     def hold(self) -> None:
         """Downloads wanted from now on wait for :meth:`release`: the engine holds them while
@@ -92,10 +94,15 @@ class Prefetcher:
         files = self.catalog.shards[s].files
         if is_complete(files.raw_path, files.raw_size) or self.catalog.shards[s].remote is None:
             return
+        self.started = True
         if self._loop is None:
             self._pending[s] = bridge.submit(self._run(s))
         else:
             self._pending[s] = self._loop.create_task(self._run(s))
+
+    def running(self) -> list[concurrent.futures.Future[bool] | asyncio.Future[bool]]:
+        """The downloads started or queued and not finished (read by the consumer)."""
+        return [f for f in self._pending.values() if not f.done()]
 
     def take(self, s: int) -> concurrent.futures.Future[bool] | asyncio.Future[bool] | None:
         """The pending download of ``s``, if one was started; forgets it."""
@@ -129,11 +136,13 @@ class Lookahead:
         prefetcher: Prefetcher,
         ahead: int,
         idle: Callable[[int], None] | None = None,
+        further: int = 1,
     ) -> None:
         self._src = batches
         self._catalog = catalog
         self._pf = prefetcher
         self._ahead = max(1, ahead)
+        self._further = max(1, further) * self._ahead  # see further()
         self._queue: deque[tuple[Groups, int]] = deque()
         self._queued = 0
         self._consumed = 0
@@ -180,18 +189,37 @@ class Lookahead:
         # batch never waits for a long plan walk, and a hot cache never pays for one at all.
         target = min(self._ahead, max(self._start_window, 2 * self._consumed))
         while self._queued < target:
-            nxt = self._next_located()
-            if nxt is None:
+            if not self._push():
                 return
-            groups, size = nxt
-            self._queue.append((groups, size))
-            self._queued += size
-            uses = self._uses
-            for s, _, _ in groups:  # in order of first use: earliest deadline first
-                uses[s] = uses.get(s, 0) + 1
-                if s not in self._announced:
-                    self._announced.add(s)
-                    self._pf.want(s)
+
+    def _push(self) -> bool:
+        """Plan the next batch into the window and announce its new shards (False: no more)."""
+        nxt = self._next_located()
+        if nxt is None:
+            return False
+        groups, size = nxt
+        self._queue.append((groups, size))
+        self._queued += size
+        uses = self._uses
+        for s, _, _ in groups:  # in order of first use: earliest deadline first
+            uses[s] = uses.get(s, 0) + 1
+            if s not in self._announced:
+                self._announced.add(s)
+                self._pf.want(s)
+        return True
+
+    def further(self) -> None:
+        """At each batch and whenever the consumer is about to wait for a download (cold data
+        only): while the prefetcher has idle slots, plan past ``ahead`` (up to ``further``
+        times it) so they fetch the next shards the plan needs. Without this the slots idle
+        whenever the window's shards are all fetched or fetching: at the tail of a shuffled
+        epoch the shards first used late were announced only when the window reached them,
+        one window's download after another. Announcements stay in the plan's order
+        (earliest first use first)."""
+        pf = self._pf
+        while self._queued < self._further and len(pf.running()) < pf.concurrency:
+            if not self._push():
+                return
 
     @property
     def queued(self) -> int:
@@ -208,6 +236,8 @@ class Lookahead:
     def __next__(self) -> tuple[Groups, int]:
         """The next batch: its ids grouped by shard (see ``reader.batch_groups``), and its size."""
         self._fill()
+        if self._further > self._ahead and self._pf.started:
+            self.further()  # slots freed while the last batch decoded (never on a hot cache)
         uses = self._uses
         if self._leaving:  # the previous batch is done: its shards no queued batch reads
             idle = self._idle

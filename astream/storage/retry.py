@@ -229,6 +229,24 @@ class RetryingStore:
         await self._stream(key, start, end, parts.append, etag)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    async def stream_range(
+        self,
+        key: str,
+        start: int,
+        end: int,
+        sink: Callable[[bytes], object],
+        *,
+        etag: str | None = None,
+    ) -> int:
+        """Hand bytes ``[start, end)`` of ``key`` to ``sink`` chunk by chunk, in order, as they
+        arrive (nothing is joined); a truncated body resumes at the next byte, so the chunks
+        are exactly the range once. Return the count (less than asked: the object is shorter)."""
+        if start < 0 or end < start:
+            raise ConfigError(f"stream_range({key!r}): bad range start={start} end={end}")
+        if end == start:
+            return 0
+        return await self._stream(key, start, end, sink, etag)
+
     async def get_to_file(self, key: str, path: str) -> int:
         copy = getattr(self.raw, "copy_to_file", None)
         if copy is not None:

@@ -34,6 +34,7 @@ import aiohttp
 import botocore.exceptions
 import msgspec
 from aiobotocore.config import AioConfig
+from aiobotocore.response import AioStreamingBody
 from botocore import UNSIGNED
 
 from astream.errors import ConfigError, StorageError, TransientStorageError
@@ -51,6 +52,7 @@ from astream.storage.common import (
 
 __all__ = ["S3Backend"]
 
+_PLAIN_BODY = AioStreamingBody  # the aiohttp body with no checksum (see _plain_content)
 _NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NotFound", "404"}
 _THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded"}
 
@@ -290,14 +292,33 @@ class S3Backend:
             raise self._map(exc, key) from exc
         body = resp["Body"]
         try:
+            content = _plain_content(body)
+            if content is None:  # a checksummed body (or not aiohttp): the SDK reads it
+                while True:
+                    try:
+                        chunk = await body.read(CHUNK_SIZE)
+                    except self._TRANSIENT as exc:
+                        raise self._map(exc, key) from exc
+                    if not chunk:
+                        return
+                    yield chunk
+            want = resp.get("ContentLength")
+            got = 0
             while True:
                 try:
-                    chunk = await body.read(CHUNK_SIZE)
+                    chunk, chunk_end = await content.readchunk()
                 except self._TRANSIENT as exc:
                     raise self._map(exc, key) from exc
                 if not chunk:
-                    return
+                    if chunk_end:  # the end of an HTTP chunk (chunked encoding), not of the body
+                        continue
+                    break
+                got += len(chunk)
                 yield chunk
+            if want is not None and got != int(want):
+                raise TransientStorageError(
+                    f"body ended after {got} of {want} bytes", self.url_for(key)
+                )
         finally:
             body.close()
 
@@ -415,6 +436,20 @@ class S3Backend:
         stack, self._stack, self._client = self._stack, None, None
         if stack is not None and self._pid == os.getpid():
             await stack.aclose()
+
+
+def _plain_content(body: Any) -> Any:
+    """The aiohttp stream under an SDK body that does nothing per byte, or None.
+
+    ``body.read(n)`` joins whatever the socket delivered into one ``n``-byte string: a copy of
+    every byte, into a fresh allocation (page faults) at 1 MiB. ``readchunk`` hands over the
+    socket's own chunks (<= 256 KiB) as they came, and the caller writes them where they go.
+    A body that validates a checksum while it is read (a whole-object GET of an object stored
+    with one) is a subclass: that one keeps the SDK's reads, so the check is never skipped."""
+    if type(body) is not _PLAIN_BODY:
+        return None
+    content = getattr(body.raw_stream, "content", None)
+    return content if hasattr(content, "readchunk") else None
 
 
 def _read_at(path: str, offset: int, n: int) -> bytes:
