@@ -8,7 +8,10 @@ that sleeps in worker 1 makes the interleaving certain."""
 
 from __future__ import annotations
 
+import functools
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,9 +23,15 @@ from astream import MDSWriter, StreamingDataLoader, StreamingDataset
 N = 120
 
 
-def _slow_second(worker: int) -> None:
+HOLD_S = 3.0  # worker 1's start is held this long (its worker_init_fn)
+
+
+def _slow_second(worker: int, ready: str | None = None) -> None:
     if worker == 1:
-        time.sleep(2.5)
+        time.sleep(HOLD_S)
+        if ready is not None:  # when worker 1 could start (CLOCK_MONOTONIC: one clock for all)
+            with open(ready, "w") as f:
+                f.write(repr(time.monotonic()))
 
 
 @pytest.fixture(scope="module")
@@ -56,16 +65,23 @@ def _collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("context", [None, "spawn"])
-def test_resume_after_leaving_early(path: str, context: str | None) -> None:
+def test_resume_after_leaving_early(path: str, context: str | None, tmp_path: Any) -> None:
     kw: dict[str, Any] = {"batch_size": 4, "num_workers": 2, "persistent_workers": True,
                           "collate_fn": _collate, "multiprocessing_context": context}  # fmt: skip
     full = _ids(_take(StreamingDataLoader(_make(path), **kw)))
     assert sorted(full) == list(range(N))
-    loader = StreamingDataLoader(_make(path), worker_init_fn=_slow_second, **kw)
-    t0 = time.monotonic()
+    ready = os.path.join(tmp_path, "worker1-ready")
+    loader = StreamingDataLoader(
+        _make(path), worker_init_fn=functools.partial(_slow_second, ready=ready), **kw
+    )
     head = _ids(_take(loader, 1))
-    # the fault this test is about: worker 1 had not started its first iteration yet
-    assert time.monotonic() - t0 < 2.5, "worker 0's first batch came after worker 1's start"
+    got_head = time.monotonic()
+    # the fault this test is about: worker 1 had not started its first iteration yet when
+    # worker 0's first batch came (timed against worker 1's own clock reading, so a slow
+    # spawn of both workers under load does not void the check)
+    assert not os.path.exists(ready) or float(Path(ready).read_text()) > got_head, (
+        "worker 0's first batch came after worker 1's start"
+    )
     loader.load_state_dict(loader.state_dict())
     rest = _ids(_take(loader))
     assert head + rest == full
