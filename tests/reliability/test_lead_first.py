@@ -357,3 +357,21 @@ def test_worker_downloads_wait_until_its_first_batch_is_handed_over(
     assert list(times[4:]) == [1.0, 1.0]  # each worker made its client while it waited
     first_end = min(times[1], times[3])
     assert min(seen) >= first_end, (min(seen) - first_end, list(times))
+
+
+def test_pipes_hold_a_whole_batch_in_few_writes() -> None:
+    """Each worker's pipe buffer is 1 MiB where the system allows it (not 64 KiB): a 3 MB
+    message of image samples then crosses in 3-4 writes instead of ~50."""
+    import fcntl
+
+    from astream.runtime.lead import close_writers, open_pipes
+
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        if int(f.read()) < 1 << 20:
+            pytest.skip("this system's pipe-max-size is below 1 MiB")
+    ends, writers = open_pipes(2)
+    try:
+        assert [fcntl.fcntl(w.fileno(), fcntl.F_GETPIPE_SZ) for w in writers] == [1 << 20] * 2
+    finally:
+        ends.close()
+        close_writers(writers)
