@@ -641,16 +641,15 @@ class Engine:
         them at the server: they start once those are read (or failed), before anything
         waits for a download. A DataLoader worker whose whole first batch came from the main
         process starts them at its next batch instead, once this one is collated and handed
-        over: its loop thread starting four streaming downloads would otherwise contend for
-        its GIL with the collate and the hand-over (tens of ms on 2 cores); the next batch is
-        where it needs them."""
+        over: its loop thread making its SDK client and starting four streaming downloads
+        would otherwise contend for its GIL with the collate and the hand-over (tens of ms on
+        2 cores); the next batch is where it needs them."""
         later = False
         try:
             wants = self._range_wants(groups, la, opener)
             handoff = self._lead_take() if la.batches_taken == 1 else None
             with Stopwatch(self._parts().stats):
                 if handoff is not None:
-                    self._warm_stores(wants)
                     got = self._lead_received(handoff, wants)
                     if got is not None:
                         # nothing of this batch waits for a download (the caller's rule)
@@ -674,26 +673,6 @@ class Engine:
             for s, _positions, locals_ in batch_groups(ids, self.catalog)
             if self._rangeable(s)
         ]
-
-    def _warm_stores(self, wants: list[tuple[int, list[int]]]) -> None:
-        """In a worker about to wait for its first batch from the main process: make the
-        clients of the stores it reads from now, on its loop thread, so that its downloads
-        (released once that batch is here) do not make them while the batch is collated and
-        handed over."""
-        remotes = [self.catalog.shards[s].remote for s, _ in wants]
-        stores = {r for r in remotes if r is not None}
-
-        async def warm() -> None:
-            for remote in stores:
-                make = getattr(self.stores.get(remote), "warm", None)  # RetryingStore.warm
-                try:
-                    if make is not None:
-                        await make()
-                except Exception:
-                    pass  # the first request makes it (and reports what fails)
-
-        if stores:
-            bridge.submit(warm())
 
     async def lead_first(
         self,

@@ -245,14 +245,6 @@ class RetryingStore:
         """Whether :meth:`get_tail` works here (not Azure: its SDK has no suffix range)."""
         return hasattr(self.raw, "get_tail")
 
-    async def warm(self) -> None:
-        """Make the backend's client now, with no request, when it makes one lazily (S3: the
-        SDK session and client): a DataLoader worker does it while it waits for its first
-        batch from the main process, instead of after (astream/runtime/lead.py)."""
-        warm = getattr(self.raw, "warm", None)
-        if warm is not None:
-            await warm()
-
     async def get_tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
         """The last ``n`` bytes of ``key`` (all of it when shorter) and its size and identity,
         in one request where :attr:`reads_tails`, else a HEAD and a ranged GET."""

@@ -244,10 +244,6 @@ class S3Backend:
                 self._pid = os.getpid()
         return self._client
 
-    async def warm(self) -> None:
-        """Make this process's client now (see :meth:`RetryingStore.warm`)."""
-        await self._get_client()
-
     def _map(self, exc: Exception, key: str) -> StorageError:
         url = self.url_for(key)
         if isinstance(exc, botocore.exceptions.ClientError):

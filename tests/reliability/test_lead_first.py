@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from astream import StreamingDataLoader, bridge
+from astream import StreamingDataLoader
 from astream.core.shard import header_size
 from astream.core.world import World
 from astream.runtime.engine import Engine
@@ -283,9 +283,7 @@ def test_worker_stops_waiting_when_the_sender_is_gone() -> None:
 
 class _SlowFirst:
     """torch's default collate, but its first call in each worker notes when it starts and ends
-    (``times[2w]``, ``times[2w + 1]`` for worker ``w``, shared with the test) and takes 1.5 s,
-    and notes in ``times[4 + w]`` whether the worker's S3 client exists by then (made while
-    the worker waited for its batch: nothing else in the worker has sent a request yet)."""
+    (``times[2w]``, ``times[2w + 1]`` for worker ``w``, shared with the test) and takes 1.5 s."""
 
     def __init__(self, times: Any) -> None:
         self.times = times
@@ -299,17 +297,7 @@ class _SlowFirst:
             info = get_worker_info()
             assert info is not None
             self.times[2 * info.id] = time.monotonic()
-            engine = info.dataset.engine  # type: ignore[union-attr]
-
-            async def has_client() -> bool:  # on the worker's loop thread, which owns it
-                raw = engine.stores.get(engine.catalog.shards[0].remote).raw
-                return raw._client is not None and raw._pid == os.getpid()
-
-            end = time.monotonic() + 1.5
-            while time.monotonic() < end:
-                if bridge.run(has_client()):
-                    self.times[4 + info.id] = 1.0
-                time.sleep(0.05)
+            time.sleep(1.5)
             self.times[2 * info.id + 1] = time.monotonic()
         return default_collate(samples)
 
@@ -319,15 +307,14 @@ def test_worker_downloads_wait_until_its_first_batch_is_handed_over(
 ) -> None:
     """A worker whose whole first batch came from the main process starts its whole-shard
     downloads at its next batch, not while the first is collated and handed over: no
-    whole-shard GET reaches the server before a worker's first collate has ended. It made
-    its S3 client while it waited for that batch."""
+    whole-shard GET reaches the server before a worker's first collate has ended."""
     import multiprocessing
 
     proxy = make_proxy(s3_server.url)
     sizes = shard_sizes(big_src)
     whole = {name: ("", f"bytes=0-{n - 1}") for name, n in sizes.items()}
     ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "o"), 1)
-    times = multiprocessing.Array("d", 6, lock=False)
+    times = multiprocessing.Array("d", 4, lock=False)
     seen: list[float] = []  # when each whole-shard GET was first seen at the proxy
     stop = threading.Event()
 
@@ -353,8 +340,7 @@ def test_worker_downloads_wait_until_its_first_batch_is_handed_over(
         stop.set()
         t.join()
     assert ds.engine._parts().stats.range_requests > 0  # the main process read them
-    assert all(times[:4]) and seen  # both workers collated; shards were downloaded
-    assert list(times[4:]) == [1.0, 1.0]  # each worker made its client while it waited
+    assert all(times) and seen  # both workers collated; shards were downloaded
     first_end = min(times[1], times[3])
     assert min(seen) >= first_end, (min(seen) - first_end, list(times))
 
