@@ -669,7 +669,12 @@ class Engine:
         None when the batch reads only whole shards. The iteration's whole-shard downloads
         were held (:meth:`Prefetcher.hold`) so that the first batch's GETs do not queue behind
         them at the server: they start once those are read (or failed), before anything
-        waits for a download."""
+        waits for a download. A DataLoader worker whose whole first batch came from the main
+        process starts them at its next batch instead, once this one is collated and handed
+        over: its loop thread making its SDK client and starting four streaming downloads
+        would otherwise contend for its GIL with the collate and the hand-over (tens of ms on
+        2 cores); the next batch is where it needs them."""
+        later = False
         try:
             wants = self._range_wants(groups, la, opener)
             handoff = self._lead_take() if la.batches_taken == 1 else None
@@ -677,12 +682,15 @@ class Engine:
                 if handoff is not None:
                     got = self._lead_received(handoff, wants)
                     if got is not None:
+                        # nothing of this batch waits for a download (the caller's rule)
+                        later = all(s in got for s, _positions, _locals in groups)
                         return got
                 if not wants:
                     return None
                 return bridge.run(self._range_batch(wants))
         finally:
-            pf.release()
+            if not later:
+                pf.release()
 
     # -- the first batch of each DataLoader worker, read by the main process (runtime/lead.py) --
     def lead_wants(self, ids: np.ndarray[Any, np.dtype[np.int64]]) -> list[tuple[int, list[int]]]:
@@ -704,22 +712,16 @@ class Engine:
     ) -> None:
         """Read each worker's wanted samples (``per_worker[w]``) by ranges and send each worker
         its bytes as soon as they are complete (``None`` when the read failed: the worker then
-        reads them itself). Every header first (at most ``_RANGE_GETS`` GETs at a time), then
-        the samples worker by worker, worker 0's first: the loader hands out worker 0's batch
-        first, and on a server that serves requests side by side (CPU-bound, as moto) the
-        samples of one worker alone come back sooner than two workers' together. No GET starts
-        once ``live[0]`` is False (the loader's iteration is over)."""
+        reads them itself). Worker by worker, worker 0's first, each worker's shard headers and
+        samples together (at most ``_RANGE_GETS`` GETs at a time; a header already read for
+        an earlier worker is not read again): the loader hands out worker 0's batch first, and
+        on a server that serves requests side by side (CPU-bound, as moto) the GETs of one
+        worker alone come back sooner than with the next workers' headers among them (on the
+        images benchmark 5 of the 55 GETs before worker 0's batch was complete; on tokens the
+        workers' first batches share their shards). No GET starts once ``live[0]`` is False
+        (the loader's iteration is over)."""
         sem = asyncio.Semaphore(_RANGE_GETS)
-        parts = self._parts()
         sent = [False] * len(per_worker)
-
-        async def head(s: int) -> None:
-            async with sem:
-                if live is None or live[0]:
-                    await self._range_offsets(parts, s)
-
-        heads = dict.fromkeys(s for wants in per_worker for s, _ in wants)
-        early = [asyncio.ensure_future(head(s)) for s in heads]
         try:
             for w, wants in enumerate(per_worker):
                 got: dict[int, tuple[bytes, list[int], dict[int, int]]] | None = None
@@ -734,7 +736,6 @@ class Engine:
             for w, done in enumerate(sent):
                 if not done:  # cancelled (the loop shutting down): no worker waits
                     lead.send(writers[w], per_worker[w], None)
-            await asyncio.gather(*early, return_exceptions=True)
 
     def _lead_take(self) -> Any:
         """In a DataLoader worker whose loader's main process reads its first batch: this

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import multiprocessing
 import os
 import warnings
 import weakref
@@ -40,7 +41,7 @@ from astream.placement import detect
 from astream.runtime.lead import LeadEnds, close_writers, open_pipes
 from astream.torch.batches import identity as _identity
 from astream.torch.dataset import StreamingDataset
-from astream.torch.shm import RingCollate
+from astream.torch.shm import RingCollate, adopt_premade
 
 __all__ = ["StreamingDataLoader"]
 
@@ -328,6 +329,8 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
         core._loader_token = token = int.from_bytes(os.urandom(7), "little") + 1
         self._worker_iter = 0
         core._epochs.set_iteration(0, token)
+        ring = self.collate_fn if isinstance(self.collate_fn, RingCollate) else None
+        premade = ring.premake(self.num_workers) if ring is not None and self._forks() else None
         gc.freeze()
         try:
             it = super()._get_iterator()
@@ -336,10 +339,20 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
                 self._core.engine._lead = None
                 lead[0].close()
                 close_writers(lead[1])
+            if premade is not None:
+                for fds in premade.values():
+                    for fd in fds:
+                        os.close(fd)
             raise
         finally:
             gc.unfreeze()
             core._loader_token = None
+            if ring is not None:
+                ring._premade = None  # forked: a later fork must not inherit them
+        if premade is not None:
+            assert ring is not None
+            for w, proc in enumerate(it._workers):  # type: ignore[attr-defined]
+                adopt_premade(ring.group, w, proc.pid, premade[w])
         if lead is not None:
             ends, writers, per_worker = lead
             self._core.engine._lead = None
@@ -347,6 +360,12 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
             live = self._lead_live = [True]
             bridge.submit(self._core.engine.lead_first(per_worker, writers, live))
         return it
+
+    def _forks(self) -> bool:
+        """Whether this loader's workers are forked (what :meth:`RingOwner.premake` needs)."""
+        ctx = self.multiprocessing_context
+        method = ctx.get_start_method() if ctx is not None else multiprocessing.get_start_method()
+        return bool(method == "fork")
 
     def _lead_plan(self) -> tuple[LeadEnds, list[Any], list[Any]] | None:
         """Before the workers start: the pipes and each worker's first-batch ranges, when this

@@ -58,13 +58,14 @@ def _round(n: int, to: int) -> int:
 
 
 class _Slot:
-    __slots__ = ("announced", "capacity", "fd", "head", "id", "mm", "oneoff", "raw")
+    __slots__ = ("announced", "capacity", "fd", "head", "id", "mm", "oneoff", "premade", "raw")
 
-    def __init__(self, sid: int, capacity: int, oneoff: bool) -> None:
+    def __init__(self, sid: int, capacity: int, oneoff: bool, fd: int = -1) -> None:
         self.id = sid
         self.capacity = capacity
         self.oneoff = oneoff
-        self.fd = os.memfd_create(f"astream-batch-{sid}", os.MFD_CLOEXEC)
+        self.premade = fd >= 0  # made by the main process before the fork: it has its own fd
+        self.fd = fd if fd >= 0 else os.memfd_create(f"astream-batch-{sid}", os.MFD_CLOEXEC)
         try:
             os.ftruncate(self.fd, capacity)
             self.mm = mmap.mmap(self.fd, capacity)
@@ -93,11 +94,19 @@ class _Slot:
 class WorkerRing:
     """The slots of one DataLoader worker (made in the worker, on first use)."""
 
-    def __init__(self, group: str, worker: int, ring: int = 4, min_bytes: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        group: str,
+        worker: int,
+        ring: int = 4,
+        min_bytes: int = 1 << 20,
+        premade: list[int] | None = None,
+    ) -> None:
         self.group = group
         self.worker = worker
         self.ring = ring
         self.min_bytes = min_bytes
+        self.premade = list(premade or ())  # memfds the main process made for this worker
         self.slots: list[_Slot] = []
         self.retired: list[int] = []
         self._next_id = 0
@@ -106,7 +115,10 @@ class WorkerRing:
 
     def _new(self, need: int, oneoff: bool) -> _Slot:
         cap = _round(max(self.min_bytes, need + need // 4 + _HEAD), mmap.PAGESIZE)
-        slot = _Slot(self._next_id, cap, oneoff)
+        premade = self.premade
+        # slot k of the ring uses the main process's k-th premade memfd (see RingOwner.premake)
+        fd = premade[self._next_id] if not oneoff and self._next_id < len(premade) else -1
+        slot = _Slot(self._next_id, cap, oneoff, fd)
         self._next_id += 1
         return slot
 
@@ -174,9 +186,9 @@ class WorkerRing:
 
     def _reduce_args(self, slot: _Slot) -> tuple[Any, list[int]]:
         with self.lock:
-            fd = None
+            fd: Any = None
             if not slot.announced:
-                fd = DupFd(slot.fd)
+                fd = _PREMADE_FD if slot.premade else DupFd(slot.fd)
                 slot.announced = True
                 if slot.oneoff:
                     slot.close()  # DupFd holds its own duplicate until the main process takes it
@@ -304,18 +316,61 @@ class TreeBatch:
 class RingOwner:
     """What owns a worker's ring of ``ring`` slots (a batch view, a collate wrapper): the ring
     is made in the worker on first use and never pickled; the main process's maps of its
-    slots die with the owner."""
+    slots die with the owner.
+
+    Premade slots (:meth:`premake`, forked workers only): a slot's descriptor normally
+    crosses to the main process with the slot's first batch by ``DupFd`` -- a connection to
+    the worker's resource-sharer thread, an authentication handshake and the descriptor
+    passed back, several round trips that each wait for a busy process's GIL (50-120 ms for
+    a worker's first batch on the 2-core benchmark machine, while that worker starts its
+    downloads and the main process reads the next worker's first batch). The loader makes
+    the memfds of each worker's first ``ring`` slots itself before it forks the workers: a
+    worker inherits them, sizes and fills them as its own, and the first batch of such a
+    slot crosses as a handle only; the main process maps its own descriptor."""
 
     def _own_ring(self, ring: int) -> None:
         self.ring = ring
         self.group = new_group()
         self._ring: WorkerRing | None = None
+        self._premade: dict[int, list[int]] | None = None
         weakref.finalize(self, forget_group, self.group)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_ring"] = None
+        state["_premade"] = None  # descriptors are inherited by a fork, never pickled
         return state
+
+    def premake(self, workers: int) -> dict[int, list[int]]:
+        """In the main process, right before it forks ``workers`` workers: empty memfds for
+        each worker's first ``ring`` slots (no memory until a worker sizes and fills one).
+        Returns them; :func:`adopt_premade` registers each worker's once its pid is known."""
+        made: dict[int, list[int]] = {}
+        try:
+            for w in range(workers):
+                made[w] = [
+                    os.memfd_create(f"astream-batch-{w}-{k}", os.MFD_CLOEXEC)
+                    for k in range(self.ring)
+                ]
+        except BaseException:
+            _close_fds(made)
+            raise
+        self._premade = made
+        return made
+
+    def _worker_ring(self, worker: int) -> WorkerRing:
+        """This worker's ring (made on first use in this process), on the descriptors the
+        main process premade for it when it forked this worker; the other workers' inherited
+        descriptors are closed here."""
+        ring = self._ring
+        if ring is None or ring.pid != os.getpid():
+            made, self._premade = self._premade, None
+            mine = None
+            if made is not None:
+                mine = made.pop(worker, None)
+                _close_fds(made)
+            ring = self._ring = WorkerRing(self.group, worker, self.ring, premade=mine)
+        return ring
 
 
 class RingCollate(RingOwner):
@@ -333,16 +388,45 @@ class RingCollate(RingOwner):
         me = _worker()
         if me is None:
             return out
-        ring = self._ring
-        if ring is None or ring.pid != os.getpid():
-            ring = self._ring = WorkerRing(self.group, me[0], self.ring)
-        return ring.put(out)
+        return self._worker_ring(me[0]).put(out)
 
 
 # -- main process side --------------------------------------------------------------------------
 _MAPS: dict[tuple[str, int, int, int], mmap.mmap] = {}  # (group, worker, pid, slot) -> map
 _PIDS: dict[tuple[str, int], int] = {}  # (group, worker) -> latest worker pid
+# (group, worker, pid) -> this process's descriptors of the slots premade for that worker
+_PREMADE: dict[tuple[str, int, int], list[int]] = {}
+_PREMADE_FD = "premade"  # a handle's ``fd`` for a premade slot: the main process has its own
 _LOCK = threading.Lock()
+
+
+def _close_fds(made: dict[int, list[int]]) -> None:
+    for fds in made.values():
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
+    made.clear()
+
+
+def adopt_premade(group: str, worker: int, pid: int, fds: list[int]) -> None:
+    """Keep ``fds`` (premade by :meth:`RingOwner.premake`) as worker ``worker``'s (process
+    ``pid``): its premade slots are mapped from them."""
+    with _LOCK:
+        old = _PREMADE.pop((group, worker, pid), None)
+        _PREMADE[(group, worker, pid)] = list(fds)
+    if old:
+        _close_fds({0: old})
+
+
+def premade_fds() -> int:
+    """Premade slot descriptors this process keeps, not mapped yet (for tests)."""
+    return sum(fd >= 0 for fds in _PREMADE.values() for fd in fds)
+
+
+def _drop_premade(keep: Any) -> None:
+    """Close the premade descriptors whose (group, worker, pid) fail ``keep`` (under _LOCK)."""
+    for key in [k for k in _PREMADE if not keep(k)]:
+        _close_fds({0: _PREMADE.pop(key)})
 
 
 def mapped_slots() -> int:
@@ -364,10 +448,25 @@ def _slot_map(
         if _PIDS.get((group, worker)) != pid:
             for key in [k for k in _MAPS if k[:2] == (group, worker)]:
                 del _MAPS[key]  # that worker is gone: live batches keep their own maps
+            _drop_premade(lambda k: k[:2] != (group, worker) or k[2] == pid)
             _PIDS[(group, worker)] = pid
         for old in retired:
             _MAPS.pop((group, worker, pid, old), None)
         key = (group, worker, pid, sid)
+        if fd == _PREMADE_FD:
+            fds = _PREMADE.get((group, worker, pid))
+            if fds is None or sid >= len(fds) or fds[sid] < 0:
+                raise RuntimeError(
+                    f"astream: batch slot {sid} of DataLoader worker {worker} (pid {pid}) was "
+                    "premade by another process (a batch handle delivered to another process?)"
+                )
+            try:
+                mm = mmap.mmap(fds[sid], capacity)
+            finally:
+                os.close(fds[sid])
+                fds[sid] = -1
+            _MAPS[key] = mm  # a premade slot is a ring slot, never a one-off
+            return mm
         if fd is not None:
             try:
                 f = fd.detach()
@@ -445,3 +544,4 @@ def forget_group(group: str) -> None:
             del _MAPS[key]
         for key2 in [k for k in _PIDS if k[0] == group]:
             del _PIDS[key2]
+        _drop_premade(lambda k: k[0] != group)

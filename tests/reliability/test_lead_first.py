@@ -210,8 +210,9 @@ def test_no_get_once_the_iteration_is_over(
 def test_worker_zero_samples_first(
     s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
 ) -> None:
-    """Every header first, then worker 0's sample ranges, then worker 1's: as they reach the
-    server, none of worker 1's sample GETs comes before the last of worker 0's."""
+    """Worker 0's headers and sample ranges, then worker 1's (its headers not read for worker
+    0 and its samples): as they reach the server, none of worker 1's GETs comes before the
+    last of worker 0's, and each header is read once."""
     import numpy as np
 
     proxy = make_proxy(s3_server.url)
@@ -219,24 +220,31 @@ def test_worker_zero_samples_first(
     ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "o"), 1)
     plan = ds.plan(0)
     owner: dict[tuple[str, int], int] = {}  # (shard file, first byte of a sample) -> worker
+    head_of: dict[str, int] = {}  # shard file -> the first worker whose batch reads it
     for w in range(2):
         ids = next(iter(plan.worker_batches(World(1, 1, 2), 0, w, 0)))
         for s, locals_ in ds.engine.lead_wants(ids):
             name = ds.catalog.shards[s].raw_key.rsplit("/", 1)[-1]
+            head_of.setdefault(name, w)
             n = ds.catalog.entries[s].samples
             with open(os.path.join(big_src, name), "rb") as f:
                 offsets = np.frombuffer(f.read(header_size(n)), np.uint32)[1:]
             for li in locals_:
                 owner[(name, int(offsets[li]))] = w
+    assert set(head_of.values()) == {0, 1}  # worker 1 has a shard of its own (a header to read)
     proxy.reset_stats()
     assert sum(len(b["id"]) for b in StreamingDataLoader(ds, batch_size=BS, num_workers=2)) == 240
-    order = []
+    order, heads = [], []
     for name, rng in range_gets(proxy, sizes):
         start = int(rng.split("=")[1].split("-")[0])
-        if start > 0:  # a sample range (a header starts at byte 0)
+        if start > 0:  # a sample range
             order.append(owner[(name, start)])
+        else:  # a header (from byte 0)
+            order.append(head_of[name])
+            heads.append(name)
     assert order and set(order) == {0, 1}
     assert order == sorted(order), order
+    assert sorted(heads) == sorted(head_of), heads
 
 
 def _wait_for_message(ends: Any, ppid: int) -> None:
@@ -271,3 +279,85 @@ def test_worker_stops_waiting_when_the_sender_is_gone() -> None:
         if p.is_alive():
             p.kill()
             p.join()
+
+
+class _SlowFirst:
+    """torch's default collate, but its first call in each worker notes when it starts and ends
+    (``times[2w]``, ``times[2w + 1]`` for worker ``w``, shared with the test) and takes 1.5 s."""
+
+    def __init__(self, times: Any) -> None:
+        self.times = times
+        self.pid = 0
+
+    def __call__(self, samples: list[Any]) -> Any:
+        from torch.utils.data import default_collate, get_worker_info
+
+        if self.pid != os.getpid():
+            self.pid = os.getpid()
+            info = get_worker_info()
+            assert info is not None
+            self.times[2 * info.id] = time.monotonic()
+            time.sleep(1.5)
+            self.times[2 * info.id + 1] = time.monotonic()
+        return default_collate(samples)
+
+
+def test_worker_downloads_wait_until_its_first_batch_is_handed_over(
+    s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """A worker whose whole first batch came from the main process starts its whole-shard
+    downloads at its next batch, not while the first is collated and handed over: no
+    whole-shard GET reaches the server before a worker's first collate has ended."""
+    import multiprocessing
+
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+    whole = {name: ("", f"bytes=0-{n - 1}") for name, n in sizes.items()}
+    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "o"), 1)
+    times = multiprocessing.Array("d", 4, lock=False)
+    seen: list[float] = []  # when each whole-shard GET was first seen at the proxy
+    stop = threading.Event()
+
+    def watch() -> None:
+        done = 0
+        while not stop.is_set():
+            got = list(proxy.stats.ranges)
+            now = time.monotonic()
+            for path, rng in got[done:]:
+                name = path.rsplit("/", 1)[-1]
+                if name in whole and rng in whole[name]:
+                    seen.append(now)
+            done = len(got)
+            time.sleep(0.01)
+
+    proxy.reset_stats()
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    ld = StreamingDataLoader(ds, batch_size=BS, num_workers=2, collate_fn=_SlowFirst(times))
+    try:
+        assert sum(len(b["id"]) for b in ld) == 240
+    finally:
+        stop.set()
+        t.join()
+    assert ds.engine._parts().stats.range_requests > 0  # the main process read them
+    assert all(times) and seen  # both workers collated; shards were downloaded
+    first_end = min(times[1], times[3])
+    assert min(seen) >= first_end, (min(seen) - first_end, list(times))
+
+
+def test_pipes_hold_a_whole_batch_in_few_writes() -> None:
+    """Each worker's pipe buffer is 1 MiB where the system allows it (not 64 KiB): a 3 MB
+    message of image samples then crosses in 3-4 writes instead of ~50."""
+    import fcntl
+
+    from astream.runtime.lead import close_writers, open_pipes
+
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        if int(f.read()) < 1 << 20:
+            pytest.skip("this system's pipe-max-size is below 1 MiB")
+    ends, writers = open_pipes(2)
+    try:
+        assert [fcntl.fcntl(w.fileno(), fcntl.F_GETPIPE_SZ) for w in writers] == [1 << 20] * 2
+    finally:
+        ends.close()
+        close_writers(writers)
