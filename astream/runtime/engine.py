@@ -260,6 +260,9 @@ class Engine:
         stats.live = (weakref.ref(pf), weakref.ref(la))  # for astream.metrics
 
         def fetch(s: int) -> None:
+            # downloads held for the first batch's ranges (or a lead hand-over) start before
+            # anything waits on one, whichever batch path the consumer is on
+            pf.release()
             fut: Any = pf.take(s)
             with Stopwatch(stats):
                 # while this download runs, every other one that ends frees a slot: fill it
@@ -350,7 +353,8 @@ class Engine:
         multi = bool(stats.stream_samples)
         layouts = BatchLayouts(self.catalog)
         # past the batches _ranged may read by ranges (and the first, which may take a lead
-        # hand-over) it has nothing to do: the prefetcher was released at the first batch
+        # hand-over) it has nothing to do but release the prefetcher, which a whole first
+        # batch handed over by the main process leaves held until the next batch
         ranging = max(1, self.range_first_batches)
         try:
             for groups, size in la:
@@ -358,6 +362,7 @@ class Engine:
                     tracker.batch()
                 if la.batches_taken > ranging:
                     ranged = None
+                    pf.release()  # held at a lead hand-over of the first batch (_ranged)
                 else:
                     ranged = self._ranged(groups, la, opener, pf)
                 if ranged is None:

@@ -361,3 +361,28 @@ def test_pipes_hold_a_whole_batch_in_few_writes() -> None:
     finally:
         ends.close()
         close_writers(writers)
+
+
+@pytest.mark.timeout(120)
+def test_column_batches_after_a_handed_over_first_batch(
+    s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """Column batches (``batch_format``) with workers whose whole first batch came from the
+    main process: the downloads that hand-over left held start before any later batch waits on
+    one (the batch path's later batches skip the range step that releases them), and every
+    sample arrives once, byte-equal."""
+    proxy = make_proxy(s3_server.url)
+    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "c"), 1)
+    ld = StreamingDataLoader(
+        ds, batch_size=BS, num_workers=2, batch_format="numpy", ragged="offsets"
+    )
+    ids: list[int] = []
+    for b in ld:
+        got = [int(x) for x in b["id"]]
+        data, offs = b["data"], b["data_offsets"]
+        assert [data[offs[k] : offs[k + 1]].tobytes() for k in range(len(got))] == [
+            big(i) for i in got
+        ]
+        ids += got
+    assert sorted(ids) == list(range(240))
+    assert ds.engine._parts().stats.range_requests > 0  # the main process read first batches
