@@ -418,9 +418,10 @@ def adopt_premade(group: str, worker: int, pid: int, fds: list[int]) -> None:
         _close_fds({0: old})
 
 
-def premade_fds() -> int:
-    """Premade slot descriptors this process keeps, not mapped yet (for tests)."""
-    return sum(fd >= 0 for fds in _PREMADE.values() for fd in fds)
+def premade_fds(group: str | None = None) -> int:
+    """Premade slot descriptors this process keeps, not mapped yet, of one loader's ``group``
+    or of all (for tests)."""
+    return sum(fd >= 0 for key, fds in _PREMADE.items() if group in (None, key[0]) for fd in fds)
 
 
 def _drop_premade(keep: Any) -> None:
@@ -429,9 +430,10 @@ def _drop_premade(keep: Any) -> None:
         _close_fds({0: _PREMADE.pop(key)})
 
 
-def mapped_slots() -> int:
-    """Slot maps this process keeps (for tests and leak checks)."""
-    return len(_MAPS)
+def mapped_slots(group: str | None = None) -> int:
+    """Slot maps this process keeps, of one loader's ``group`` or of all (for tests and leak
+    checks)."""
+    return sum(1 for key in _MAPS if group in (None, key[0]))
 
 
 def _release(head: np.ndarray[Any, Any], seq: int) -> None:

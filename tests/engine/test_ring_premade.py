@@ -61,6 +61,7 @@ def test_first_slots_cross_without_a_descriptor_fetch(path: str, detaches: list[
     detaches[0] = 0
     ld = loader(path)
     assert isinstance(ld.collate_fn, shm.RingCollate)
+    group = ld.collate_fn.group  # this loader's slots only: earlier tests' loaders may be alive
     # every batch held: each worker's first 4 batches fill its 4 premade slots, its other 11
     # go to one-off slots, whose descriptors are fetched from the worker as before
     held = list(ld)
@@ -76,11 +77,11 @@ def test_first_slots_cross_without_a_descriptor_fetch(path: str, detaches: list[
             got.append(_copy(b))
             del b
         same(got, want)
-        assert shm.premade_fds() <= 2 * 4  # only the latest workers' unused ones
+        assert shm.premade_fds(group) <= 2 * 4  # only the latest workers' unused ones
     assert detaches[0] == 0
     del held, ld
     gc.collect()
-    assert shm.premade_fds() == 0 and shm.mapped_slots() == 0
+    assert shm.premade_fds(group) == 0 and shm.mapped_slots(group) == 0
     assert batch_fds() == base  # nothing left open here
 
 
