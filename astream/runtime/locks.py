@@ -10,8 +10,9 @@ in one process are independent (a shared and an exclusive one conflict even in o
 Callers must therefore never block on an exclusive lock of a file they hold shared themselves;
 the cache tracks its own pins for that reason.
 
-Blocking acquisition happens in a dedicated thread pool so that the event loop never blocks and
-no one polls: the waiting thread sleeps in the kernel until the holder lets go.
+Blocking acquisition happens in a dedicated daemon thread so that the event loop never blocks and
+no one polls: the waiting thread sleeps in the kernel until the holder lets go, and a process
+that exits meanwhile does not wait for it.
 """
 
 from __future__ import annotations
@@ -20,29 +21,44 @@ import asyncio
 import concurrent.futures
 import fcntl
 import os
+import threading
+from typing import Any
 
 __all__ = ["FileLock", "lock_dir", "lock_path", "waiters"]
 
-_pool: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+
+class _Waiters(concurrent.futures.Executor):
+    """Runs each call on a new daemon thread.
+
+    A lock wait sleeps in ``flock(2)`` until the holder lets go, which may be never if the
+    holder is itself exiting and waiting for us. A ``ThreadPoolExecutor``'s threads are joined
+    when the interpreter exits, so one such wait kept an interrupted process (a DataLoader worker
+    after Ctrl-C) alive; a daemon thread is not waited for, and the kernel drops whatever it held
+    when the process goes. Calls are per shard (a contended lock, a cache-lock section), so a
+    thread each costs nothing that matters."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def run() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # handed to the awaiting caller
+                fut.set_exception(exc)
+
+        threading.Thread(target=run, name="astream-lock", daemon=True).start()
+        return fut
 
 
-def waiters() -> concurrent.futures.ThreadPoolExecutor:
-    """This process's pool for blocking lock waits and cache-lock sections.
+_WAITERS = _Waiters()
 
-    Made per pid: a forked child (a DataLoader worker) inherits the parent's executor object but
-    none of its threads, and an inherited idle count would make it queue work for a thread that
-    does not exist -- a hang on the first lock wait.
-    """
-    global _pool
-    pid = os.getpid()
-    if _pool is None or _pool[0] != pid:
-        _pool = (
-            pid,
-            concurrent.futures.ThreadPoolExecutor(
-                max_workers=32, thread_name_prefix="astream-lock"
-            ),
-        )
-    return _pool[1]
+
+def waiters() -> concurrent.futures.Executor:
+    """The executor for blocking lock waits and cache-lock sections (daemon threads: see
+    :class:`_Waiters`; nothing to re-make in a forked child, which inherits no threads)."""
+    return _WAITERS
 
 
 def lock_dir(root: str) -> str:
