@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import threading
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
@@ -65,6 +66,19 @@ from astream.runtime.stores import StorePool
 __all__ = ["Engine"]
 
 Batches = Iterator[np.ndarray[Any, np.dtype[np.int64]]]
+
+
+# guards the making of an Engine's per-process parts (Engine._parts); made anew in a forked
+# child, which may inherit it held by a thread that does not exist there
+_PARTS_LOCK = threading.Lock()
+
+
+def _new_parts_lock() -> None:
+    global _PARTS_LOCK
+    _PARTS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_parts_lock)
 
 
 @dataclass
@@ -153,6 +167,16 @@ class Engine:
 
     # -- process-local parts -----------------------------------------------------------------
     def _parts(self) -> _ProcessParts:
+        parts = self._local
+        if parts is not None and self._pid == os.getpid():
+            return parts
+        # made once per process, under a lock: a thread that also asks for them (a metrics
+        # publisher, the loop thread) must get the same stats, cache space and opener, not a
+        # second set that wins the assignment while the iteration counts into the first
+        with _PARTS_LOCK:
+            return self._make_parts()
+
+    def _make_parts(self) -> _ProcessParts:
         parts = self._local
         if parts is None or self._pid != os.getpid():
             stats = Stats()
