@@ -134,29 +134,107 @@ class Server:
 
 
 class MotoServer(Server):
-    """moto's S3 server (``moto[server]``) as a subprocess."""
+    """moto's S3 server (``moto[server]``) as a subprocess.
+
+    By default moto accepts any credentials and any signature. ``auth=True`` makes it check
+    them: the server starts with ``INITIAL_NO_AUTH_ACTION_COUNT`` set to the number of IAM calls
+    :meth:`start` then makes through it, unauthenticated (create a user, give it a policy
+    allowing ``s3:*``, create its access key); every later request must carry that key and a
+    correct AWS Signature V4, or moto answers 403 (``SignatureDoesNotMatch``,
+    ``InvalidAccessKeyId``, ...). This lets tests prove that a request signer is right against a
+    real server, not just that moto ignores it. ``env()`` then gives the created keys, and
+    ``create_bucket`` signs its request with them.
+    """
 
     name = "moto S3 server"
     ready_text = "Running on"
+    region = "us-east-1"
+    # the IAM calls _create_user makes before moto starts checking signatures
+    _SETUP_CALLS = 3
+
+    def __init__(self, *, auth: bool = False) -> None:
+        super().__init__()
+        self.auth = auth
+        self.access_key_id = "testing"
+        self.secret_access_key = "testing"
 
     def command(self) -> list[str]:
         code = "import sys; from moto.server import main; sys.exit(main())"
         return [sys.executable, "-c", code, "-H", "127.0.0.1", "-p", str(self.port)]
 
+    def start(self, timeout: float = 60.0) -> MotoServer:
+        if not self.auth:
+            super().start(timeout)
+            return self
+        saved = os.environ.get("INITIAL_NO_AUTH_ACTION_COUNT")
+        # the child inherits the variable; moto reads it once, at import
+        os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = str(self._SETUP_CALLS)
+        try:
+            super().start(timeout)
+        finally:
+            if saved is None:
+                os.environ.pop("INITIAL_NO_AUTH_ACTION_COUNT", None)
+            else:
+                os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = saved
+        try:
+            self._create_user()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _client(self, service: str, key_id: str, secret: str) -> Any:
+        import botocore.config
+        import botocore.session
+
+        session = botocore.session.get_session()
+        return session.create_client(
+            service,
+            region_name=self.region,
+            endpoint_url=self.url,
+            aws_access_key_id=key_id,
+            aws_secret_access_key=secret,
+            config=botocore.config.Config(
+                s3={"addressing_style": "path"}, retries={"max_attempts": 1}
+            ),
+        )
+
+    def _create_user(self) -> None:
+        # exactly _SETUP_CALLS requests: moto lets them through without checking the signature
+        iam = self._client("iam", "setup", "setup")
+        user = "astream-test"
+        iam.create_user(UserName=user)
+        policy = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+        }
+        iam.put_user_policy(UserName=user, PolicyName="s3-all", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName=user)["AccessKey"]
+        iam.close()
+        self.access_key_id = key["AccessKeyId"]
+        self.secret_access_key = key["SecretAccessKey"]
+
     def env(self) -> dict[str, str]:
         return {
             "S3_ENDPOINT_URL": self.url,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": self.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
+            "AWS_DEFAULT_REGION": self.region,
         }
 
     def store_options(self) -> dict[str, Any]:
-        return {"endpoint_url": self.url, "region": "us-east-1", "path_style": True}
+        return {"endpoint_url": self.url, "region": self.region, "path_style": True}
 
     def create_bucket(self, name: str) -> None:
-        req = urllib.request.Request(f"{self.url}/{name}", method="PUT")
-        urllib.request.urlopen(req, timeout=30).close()
+        if not self.auth:
+            req = urllib.request.Request(f"{self.url}/{name}", method="PUT")
+            urllib.request.urlopen(req, timeout=30).close()
+            return
+        s3 = self._client("s3", self.access_key_id, self.secret_access_key)
+        try:
+            s3.create_bucket(Bucket=name)
+        finally:
+            s3.close()
 
 
 def _fake_gcs_binary() -> str:
