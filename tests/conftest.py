@@ -78,6 +78,20 @@ def s3_server() -> Iterator[Server]:
 
 
 @pytest.fixture(scope="session")
+def s3_auth_server() -> Iterator[MotoServer]:
+    """moto's S3 server checking every SigV4 signature (``MotoServer(auth=True)``).
+
+    Unlike ``s3_server`` it leaves ``os.environ`` alone: tests pass its keys
+    (``access_key_id``, ``secret_access_key``, ``env()``) explicitly or with ``monkeypatch``.
+    """
+    server = MotoServer(auth=True).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def gcs_server() -> Iterator[Server]:
     """fake-gcs-server in memory; sets STORAGE_EMULATOR_HOST."""
     yield from _serve(FakeGcsServer())
