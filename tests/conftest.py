@@ -31,6 +31,9 @@ _FAKE_ENV = {
     "AWS_SESSION_TOKEN": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_EC2_METADATA_DISABLED": "true",
+    # never the user's AWS config file (it would also send S3 reads through the SDK)
+    "AWS_CONFIG_FILE": "/nonexistent/astream-tests/aws-config",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/astream-tests/aws-credentials",
 }
 
 

@@ -36,7 +36,7 @@ from astream.storage.common import (
     total_size,
 )
 
-__all__ = ["HttpBackend", "LazySession", "map_aiohttp_error"]
+__all__ = ["HttpBackend", "LazySession", "check_content_range", "map_aiohttp_error"]
 
 
 class LazySession:
@@ -77,9 +77,7 @@ def map_aiohttp_error(exc: BaseException, url: str) -> StorageError:
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
-def _check_content_range(
-    value: str | None, rng: str, start: int, end: int | None, url: str
-) -> None:
+def check_content_range(value: str | None, rng: str, start: int, end: int | None, url: str) -> None:
     """A 206 must carry exactly the range asked for (cut at the end of the object)."""
     m = _CONTENT_RANGE.fullmatch(value or "")
     ok = m is not None and int(m[1]) == start
@@ -143,7 +141,7 @@ class HttpBackend:
                             retryable=False,
                         )
                 if resp.status == 206 and rng is not None:
-                    _check_content_range(resp.headers.get("Content-Range"), rng, start, end, url)
+                    check_content_range(resp.headers.get("Content-Range"), rng, start, end, url)
                 async for chunk in resp.content.iter_chunked(CHUNK_SIZE):
                     yield chunk
         except aiohttp.ClientError as exc:

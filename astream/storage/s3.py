@@ -1,47 +1,65 @@
-"""``s3://bucket/prefix`` stores over aiobotocore (AWS S3 and S3-compatible: R2, MinIO, moto).
+"""``s3://bucket/prefix`` stores (AWS S3 and S3-compatible: R2, MinIO, Ceph, moto).
 
 Theory of operation
 -------------------
-The aiobotocore client is created lazily in the running loop on first use (never at
-construction) and again in a forked child. botocore's parsed S3 models are loaded once per
-process (in a thread), inherited by forked children, and kept between processes in the user's
-cache directory (``$XDG_CACHE_HOME/astream-sdk/``, default ``~/.cache/astream-sdk/``, one file
-per botocore and Python version; see :func:`_load_models`). It uses the standard AWS credential
-chain; options: ``endpoint_url`` (else ``S3_ENDPOINT_URL`` or ``AWS_ENDPOINT_URL``),
-``region``, ``path_style`` (path-style addressing, what most S3-compatible servers want),
-``unsigned`` (public buckets), ``list_page_size``, ``multipart_threshold`` and ``part_size``.
-The SDK's own retries are off (``total_max_attempts=1``): astream retries in one place,
-:mod:`astream.storage.retry`.
+Reads -- ranged and whole GETs, HEAD, ListObjectsV2 -- are sent by astream itself on one
+aiohttp session per process, signed with :mod:`astream.storage.sigv4`, whenever the
+credentials are static: ``unsigned=True`` (public buckets), or ``AWS_ACCESS_KEY_ID`` +
+``AWS_SECRET_ACCESS_KEY`` (+ ``AWS_SESSION_TOKEN``) in the environment, which the SDK's own
+credential chain would also pick first. aiobotocore costs ~0.13 s to import, ~0.07 s to make a
+client in every process (the parent and each DataLoader worker) and ~1.45 ms of CPU per request
+(its event hooks, models, response parsing; ``benchmarks/bench_request_cpu.py``); a direct GET
+costs what an aiohttp GET does. Everything else goes through the SDK
+(:mod:`astream.storage.s3sdk`, imported at first use): writes, and every request of a store
+whose credentials or settings only the SDK resolves -- a profile or an AWS config file
+(``AWS_PROFILE``, ``~/.aws/config``), SSO, a web identity, instance metadata, FIPS or dual-stack
+endpoints, ``AWS_ENDPOINT_URL_S3``, an HTTP proxy. A CA bundle in ``AWS_CA_BUNDLE`` verifies an
+https endpoint here as it does in the SDK. ``direct=False`` sends
+every request through the SDK; ``direct=True`` refuses a configuration that cannot be signed
+here instead of falling back.
 
-Errors: ``NoSuchKey``/404 -> not found, 403 -> access denied, ``InvalidRange``/416 -> an empty
-read (range past the end), ``SlowDown``/429/503 -> throttled, other 5xx, connection failures and
-a streamed body shorter than its Content-Length (``IncompleteReadError``) -> transient.
-``put_file`` above ``multipart_threshold`` uploads ``part_size`` parts concurrently and aborts
-the upload on failure so no orphan parts are left.
+Addressing is the SDK's: with ``endpoint_url`` (else ``S3_ENDPOINT_URL`` or
+``AWS_ENDPOINT_URL``) path-style (``endpoint/bucket/key``); on AWS, virtual-hosted
+(``bucket.s3.region.amazonaws.com``) for a bucket name that is a DNS label, path-style for others
+and with ``path_style=True``. A wrong region is corrected from the ``x-amz-bucket-region`` of
+S3's refusal (301/400) and the request signed again, once. Options: ``region`` (else
+``AWS_REGION``/``AWS_DEFAULT_REGION``, else us-east-1), ``list_page_size``,
+``multipart_threshold``, ``part_size`` and ``part_concurrency`` (uploads, the SDK's).
+
+A whole-object GET asks for the object's stored checksum (``x-amz-checksum-mode``) and checks a
+CRC32, SHA-1 or SHA-256 one while the body streams, as the SDK does; a mismatch is an
+:class:`~astream.errors.IntegrityError` (the bytes were already handed on: not retried). A
+ranged GET must come back 206 with exactly that range, and a GET conditioned on an ETag
+(``If-Match``) is refused when the object changed (412, or another ETag from a server that
+ignores the condition).
+
+Errors: ``NoSuchKey``/``NoSuchBucket``/404 -> not found, 403 -> access denied, 416 -> an empty
+read (range past the end), ``SlowDown``/429/503 -> throttled, other 5xx, connection failures
+and a body shorter than its Content-Length -> transient (the retry layer resumes it).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import base64
+import hashlib
+import importlib.util
+import ipaddress
 import os
+import re
+import ssl
 import sys
-from collections.abc import AsyncIterator
-from typing import Any
+import zlib
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_plus, urlsplit
+from xml.etree import ElementTree
 
-import aiobotocore.session
 import aiohttp
-import botocore.exceptions
-import msgspec
-from aiobotocore.config import AioConfig
-from aiobotocore.response import AioStreamingBody
-from botocore import UNSIGNED
+import yarl
 
-from astream.errors import ConfigError, StorageError, TransientStorageError
+from astream.errors import ConfigError, IntegrityError, StorageError, TransientStorageError
 from astream.storage.base import ObjectInfo
 from astream.storage.common import (
-    CHUNK_SIZE,
-    POOL_SIZE,
     changed_error,
     error_for_status,
     join_key,
@@ -49,122 +67,148 @@ from astream.storage.common import (
     split_bucket,
     total_size,
 )
+from astream.storage.http import LazySession, check_content_range, map_aiohttp_error
+from astream.storage.sigv4 import Credentials, encode_path, encode_query, sign
 
-__all__ = ["S3Backend"]
+if TYPE_CHECKING:
+    from astream.storage.s3sdk import SdkS3
 
-_PLAIN_BODY = AioStreamingBody  # the aiohttp body with no checksum (see _plain_content)
-_NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NotFound", "404"}
-_THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded"}
+__all__ = ["S3Backend", "s3_error"]
+
+NOT_FOUND = frozenset({"NoSuchKey", "NoSuchBucket", "NotFound", "404"})
+THROTTLED = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded"})
+
+# settings only the SDK applies: with any of them set, requests go through it
+_SDK_ONLY_ENV = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_USE_FIPS_ENDPOINT",
+    "AWS_USE_DUALSTACK_ENDPOINT",
+    "AWS_ENDPOINT_URL_S3",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+)
+_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+_DNS_BUCKET = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
+_ERROR_CODE = re.compile(rb"<Code>([^<]*)</Code>")
+_ERROR_REGION = re.compile(rb"<Region>([^<]*)</Region>")
+_CHECKSUMS: dict[str, Callable[[], Any]] = {
+    "x-amz-checksum-crc32": lambda: _Crc32(),
+    "x-amz-checksum-sha256": hashlib.sha256,
+    "x-amz-checksum-sha1": hashlib.sha1,
+}
 
 
-_loader: Any = None
-_MODELS_FORMAT = 2  # of the models file below; part of its name
+def s3_error(status: int, code: str, url: str) -> StorageError:
+    """The astream error for an S3 error answer (its status and ``<Code>``)."""
+    if code in NOT_FOUND:
+        status = 404
+    elif code in THROTTLED:
+        status = 429
+    return error_for_status(status, url, code)
 
 
-def _models_file() -> str | None:
-    """Where this process keeps botocore's parsed S3 models (see :func:`_load_models`), or None
-    when botocore would read models from a directory besides its own (``~/.aws/models``,
-    ``AWS_DATA_PATH``): those may change without botocore's version changing."""
-    import botocore
-    import botocore.loaders
-
-    loader = botocore.loaders.create_loader()
-    if any(p != loader.BUILTIN_DATA_PATH and os.path.isdir(p) for p in loader.search_paths):
-        return None
-    # the user's cache, not astream's cache root ($ASTREAM_CACHE_DIR): that holds datasets only
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    v = sys.version_info
-    name = f"botocore-{botocore.__version__}-s3-py{v[0]}{v[1]}-{_MODELS_FORMAT}.json"
-    return os.path.join(os.path.abspath(base), "astream-sdk", name)
-
-
-def _load_models() -> Any:
-    """botocore's data loader with its S3 entries filled by building one client (no request,
-    no credential lookup). botocore parses its JSON models with ``json`` into ordered dicts on
-    every start (~0.1 s of CPU); the parsed entries are kept in the user's cache directory, in
-    a file named by the botocore and Python versions, and read back with msgspec (data only:
-    nothing in the file is executed) in ~0.02 s. Any problem with that file (absent, damaged,
-    unwritable directory) falls back to botocore's own loading."""
-    import botocore.loaders
-    import botocore.session
-
-    path = _models_file()
-    loader = botocore.loaders.create_loader()
-    cache = getattr(loader, "_cache", None)
-    got = _read_models(path) if path is not None and isinstance(cache, dict) else None
-    if got is not None and isinstance(cache, dict):
-        cache.update(got)
-    warm = botocore.session.get_session()
-    warm.register_component("data_loader", loader)
-    warm.create_client(
-        "s3", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+def _config_file() -> str:
+    return os.environ.get("AWS_CONFIG_FILE") or os.path.join(
+        os.path.expanduser("~"), ".aws", "config"
     )
-    if path is not None and isinstance(cache, dict) and got is None:
-        _save_models(path, cache)
-    return loader
 
 
-def _read_models(path: str) -> dict[Any, Any] | None:
-    """The loader entries in the models file (rows written by :func:`_save_models`)."""
+def static_credentials(unsigned: bool) -> Credentials | bool | None:
+    """The keys to sign with (``True`` for unsigned requests), or ``False`` where only the SDK
+    can resolve the credentials or apply the configuration (see the module's docstring)."""
+    if any(os.environ.get(name) for name in _SDK_ONLY_ENV) or os.path.exists(_config_file()):
+        return False
+    if unsigned:
+        return True
+    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not key or not secret:
+        return False
+    token = os.environ.get("AWS_SESSION_TOKEN") or os.environ.get("AWS_SECURITY_TOKEN")
+    return Credentials(key, secret, token)
+
+
+class _Target:
+    """Where a bucket's requests go: scheme, host (with a port unless the default) and the
+    path before the key, for an endpoint URL or AWS's regional endpoint in ``region``."""
+
+    def __init__(self, bucket: str, endpoint_url: str | None, region: str, path_style: bool):
+        self.bucket, self.region = bucket, region
+        self._endpoint, self._path_style = endpoint_url, path_style
+        if endpoint_url is not None:
+            parts = urlsplit(endpoint_url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(endpoint_url)
+            if parts.path.strip("/") or parts.query or parts.username:
+                raise ValueError(endpoint_url)  # a path or credentials in it: the SDK's job
+            self.scheme, self.host, self.base = parts.scheme, parts.netloc, f"/{bucket}"
+        else:
+            self._aws(region)
+
+    def _aws(self, region: str) -> None:
+        if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d+", region) or region.startswith("us-iso"):
+            raise ValueError(region)
+        suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+        # us-east-1 on the global name, as the SDK does
+        s3 = "s3" if region == "us-east-1" else f"s3.{region}"
+        self.scheme, self.region = "https", region
+        if self._path_style or not _DNS_BUCKET.fullmatch(self.bucket) or _is_ip(self.bucket):
+            self.host, self.base = f"{s3}.{suffix}", f"/{self.bucket}"
+        else:
+            self.host, self.base = f"{self.bucket}.{s3}.{suffix}", ""
+
+    def move_to(self, region: str) -> None:
+        """S3 named the bucket's region: sign for it (and on AWS, send there)."""
+        if self._endpoint is None:
+            self._aws(region)
+        self.region = region
+
+
+_TLS: dict[str, ssl.SSLContext] = {}
+
+
+def _tls() -> ssl.SSLContext | bool:
+    """What verifies an https endpoint: the CA bundle of ``AWS_CA_BUNDLE`` as the SDK uses it
+    (one context per process and file), else aiohttp's default (the system's CAs)."""
+    bundle = os.environ.get("AWS_CA_BUNDLE")
+    if not bundle:
+        return True
+    ctx = _TLS.get(bundle)
+    if ctx is None:
+        ctx = _TLS[bundle] = ssl.create_default_context(cafile=bundle)
+    return ctx
+
+
+def _sdk_missing() -> bool:
+    """Whether aiobotocore cannot be imported (found without importing it)."""
+    if "aiobotocore" in sys.modules:
+        return sys.modules["aiobotocore"] is None
+    return importlib.util.find_spec("aiobotocore") is None
+
+
+def _is_ip(name: str) -> bool:
     try:
-        with open(path, "rb") as f:
-            rows = msgspec.json.decode(f.read())
-        out: dict[Any, Any] = {}
-        values: list[Any] = []
-        for key, how, v in rows:
-            if how == "tuple":
-                v = tuple(v)
-            elif how == "same":  # the first item of an earlier tuple entry, the same object
-                v = values[v][0]
-            values.append(v)
-            out[tuple(key)] = v
-        return out
-    except (OSError, msgspec.MsgspecError, ValueError, TypeError, IndexError, KeyError):
-        return None
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
-def _save_models(path: str, cache: dict[Any, Any]) -> None:
-    """Rows ``[key, how, value]``: ``how`` is "tuple" (a (data, path) entry), "same" (the data
-    of the earlier tuple entry at row ``value``: botocore serves one object under both keys, and
-    so does the file, which halves what is decoded) or "value"."""
-    tmp = f"{path}.{os.getpid()}"
-    try:
-        rows: list[list[Any]] = []
-        firsts: dict[int, int] = {}  # id of a tuple entry's data -> its row
-        for key, v in cache.items():
-            if isinstance(v, tuple):
-                if v and isinstance(v[0], dict):
-                    firsts[id(v[0])] = len(rows)
-                rows.append([list(key), "tuple", list(v)])
-            elif id(v) in firsts:
-                rows.append([list(key), "same", firsts[id(v)]])
-            else:
-                rows.append([list(key), "value", v])
-        data = msgspec.json.encode(rows)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except (OSError, TypeError, msgspec.MsgspecError):  # something msgspec does not take
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+class _Crc32:
+    """The ``hashlib`` shape over ``zlib.crc32``, digest big-endian as S3 sends it."""
 
+    def __init__(self) -> None:
+        self._v = 0
 
-def _new_session(loader: Any) -> Any:
-    session = aiobotocore.session.get_session()
-    session.register_component("data_loader", loader)
-    return session
+    def update(self, data: bytes) -> None:
+        self._v = zlib.crc32(data, self._v)
 
-
-async def _warm_loader() -> Any:
-    """botocore's data loader with the S3 models parsed, shared by this process's clients and
-    inherited by its forked children (DataLoader workers): it is a cache of parsed JSON models,
-    plain data with no socket, lock or thread, so a child reuses it instead of parsing the
-    models again (0.15-0.3 s per worker before its first request)."""
-    global _loader
-    if _loader is None:
-        _loader = await asyncio.to_thread(_load_models)
-    return _loader
+    def digest(self) -> bytes:
+        return self._v.to_bytes(4, "big")
 
 
 class S3Backend:
@@ -180,29 +224,62 @@ class S3Backend:
         multipart_threshold: int = 64 << 20,
         part_size: int = 16 << 20,
         part_concurrency: int = 8,
+        direct: bool | None = None,
     ) -> None:
         if part_size < 5 << 20:
             raise ConfigError(f"part_size must be >= 5 MiB for S3, got {part_size}")
+        if direct not in (None, True, False):
+            raise ConfigError(f"direct must be None, True or False, got {direct!r}")
+        if _sdk_missing():  # writes and other credentials need it: say so now, not mid-run
+            raise ConfigError(f"url {url!r} needs the 's3' extra: pip install 'astream[s3]'")
         self._url = url.rstrip("/")
         self.bucket, self.prefix = split_bucket(self._url, len("s3://"))
         self.endpoint_url = (
             endpoint_url or os.environ.get("S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
         )
         self.region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        self.path_style = path_style
-        self.unsigned = unsigned
         self.list_page_size = list_page_size
-        self.multipart_threshold = multipart_threshold
-        self.part_size = part_size
-        self.part_concurrency = part_concurrency
-        self._client: Any = None
-        self._stack: contextlib.AsyncExitStack | None = None
-        self._pid = 0
-        self._lock: asyncio.Lock | None = None
+        self._sdk_args: dict[str, Any] = {
+            "endpoint_url": endpoint_url,
+            "region": region,
+            "path_style": path_style,
+            "unsigned": unsigned,
+            "list_page_size": list_page_size,
+            "multipart_threshold": multipart_threshold,
+            "part_size": part_size,
+            "part_concurrency": part_concurrency,
+        }
+        self._sdk_s3: SdkS3 | None = None
+        self._creds: Credentials | None = None
+        self._target: _Target | None = None
+        if direct is not False:
+            found = static_credentials(unsigned)
+            try:
+                if found is not False:
+                    self._target = _Target(
+                        self.bucket, self.endpoint_url, self.region or "us-east-1", path_style
+                    )
+                    self._creds = found if isinstance(found, Credentials) else None
+            except ValueError:
+                self._target = None
+            if direct is True and self._target is None:
+                raise ConfigError(
+                    f"url {url!r}: direct=True, but these credentials or settings are resolved "
+                    "by the AWS SDK only (a profile, an AWS config file, SSO, a web identity, "
+                    "instance metadata, FIPS/dual-stack, a proxy, or an endpoint "
+                    "URL with a path); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                    "unsigned=True, or leave direct unset"
+                )
+        self._session = LazySession()
 
     @property
     def url(self) -> str:
         return self._url
+
+    @property
+    def direct(self) -> bool:
+        """Whether reads are signed and sent here rather than through the SDK."""
+        return self._target is not None
 
     def url_for(self, key: str) -> str:
         return f"s3://{self.bucket}/{self._key(key)}"
@@ -210,146 +287,218 @@ class S3Backend:
     def _key(self, key: str) -> str:
         return join_key(self.prefix, key)
 
-    async def _get_client(self) -> Any:
-        pid = os.getpid()
-        if self._client is not None and self._pid == pid:
-            return self._client
-        if self._pid != pid or self._lock is None:
-            # first use, or a forked child (drop the parent's client untouched). The pid is
-            # taken now, not once the client exists: concurrent first calls (a split listing,
-            # concurrent HEADs) then share this lock and one client instead of each resetting
-            # the lock and making its own (and leaking all but the last)
-            self._client, self._stack, self._lock, self._pid = None, None, asyncio.Lock(), pid
-        async with self._lock:
-            if self._client is None:
-                config = AioConfig(
-                    max_pool_connections=POOL_SIZE,
-                    retries={"total_max_attempts": 1, "mode": "standard"},
-                    s3={"addressing_style": "path" if self.path_style else "auto"},
-                    signature_version=UNSIGNED if self.unsigned else None,
-                    connect_timeout=30,
-                    read_timeout=60,
+    def _sdk(self) -> SdkS3:
+        if self._sdk_s3 is None:
+            try:
+                from astream.storage.s3sdk import SdkS3
+            except ImportError as exc:
+                raise ConfigError(
+                    f"url {self._url!r}: this S3 operation needs the 's3' extra "
+                    "(aiobotocore): pip install 'astream[s3]'"
+                ) from exc
+            self._sdk_s3 = SdkS3(self._url, **self._sdk_args)
+        return self._sdk_s3
+
+    # -- direct requests ---------------------------------------------------------------------
+
+    async def _send(
+        self, method: str, where: str, full: str, query: dict[str, str], headers: dict[str, str]
+    ) -> aiohttp.ClientResponse:
+        """One signed request; a refusal naming another region is signed again for it, once.
+        Error answers are raised (the body read for its ``<Code>``), 416 and 412 returned."""
+        target = self._target
+        assert target is not None
+        session = self._session.get()
+        for tries in (0, 1):
+            path = encode_path(f"{target.base}/{full}" if full else f"{target.base}/")
+            q = encode_query(query)
+            signed = headers
+            if self._creds is not None:
+                signed = sign(method, target.host, path, q, headers, self._creds, target.region)
+            url = yarl.URL(
+                f"{target.scheme}://{target.host}{path}" + (f"?{q}" if q else ""), encoded=True
+            )
+            try:
+                resp = await session.request(
+                    method,
+                    url,
+                    headers=signed,
+                    allow_redirects=False,
+                    skip_auto_headers=("Accept-Encoding",),
                 )
-                stack = contextlib.AsyncExitStack()
-                # a session reads config files and botocore parses its JSON models (~0.3 s
-                # in all): both in a thread, so that no event loop is held by them
-                session = await asyncio.to_thread(_new_session, await _warm_loader())
-                self._client = await stack.enter_async_context(
-                    session.create_client(
-                        "s3",
-                        endpoint_url=self.endpoint_url,
-                        region_name=self.region or "us-east-1",
-                        config=config,
-                    )
-                )
-                self._stack = stack
-                self._pid = os.getpid()
-        return self._client
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise map_aiohttp_error(exc, where) from exc
+            if resp.status < 300 or resp.status in (412, 416):
+                return resp
+            try:
+                body = b"" if method == "HEAD" else await resp.content.read(1 << 16)
+            except (TimeoutError, aiohttp.ClientError, OSError):
+                body = b""
+            finally:
+                resp.release()
+            region = resp.headers.get("x-amz-bucket-region")
+            if region is None and (m := _ERROR_REGION.search(body)) is not None:
+                region = m[1].decode(errors="replace")
+            if tries == 0 and resp.status in (301, 307, 400) and region and region != target.region:
+                target.move_to(region)
+                continue
+            m = _ERROR_CODE.search(body)
+            code = m[1].decode(errors="replace") if m else (resp.reason or "")
+            raise s3_error(resp.status, code, where)
+        raise AssertionError("unreachable")
 
-    def _map(self, exc: Exception, key: str) -> StorageError:
-        url = self.url_for(key)
-        if isinstance(exc, botocore.exceptions.ClientError):
-            err = exc.response.get("Error", {})
-            code = str(err.get("Code", ""))
-            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-            if code in _NOT_FOUND:
-                status = 404
-            elif code in _THROTTLED:
-                status = 429
-            return error_for_status(status, url, code)
-        if isinstance(exc, botocore.exceptions.NoCredentialsError):
-            return StorageError(f"no AWS credentials found ({exc})", url, retryable=False)
-        return TransientStorageError(f"connection failed ({type(exc).__name__}: {exc})", url)
-
-    _TRANSIENT: tuple[type[Exception], ...] = (
-        botocore.exceptions.ClientError,
-        botocore.exceptions.BotoCoreError,
-        OSError,
-        aiohttp.ClientError,
-        asyncio.TimeoutError,
-    )
-
-    async def iter_range(
-        self, key: str, start: int, end: int | None, etag: str | None = None
+    async def _iter_direct(
+        self, key: str, start: int, end: int | None, etag: str | None
     ) -> AsyncIterator[bytes]:
-        client = await self._get_client()
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key)}
+        if end is not None and end <= start:
+            return
         rng = range_header(start, end)
-        if rng:
-            kwargs["Range"] = rng
+        headers: dict[str, str] = {}
+        if rng is not None:
+            headers["Range"] = rng
+        else:
+            headers["x-amz-checksum-mode"] = "ENABLED"
         if etag is not None:
-            kwargs["IfMatch"] = etag
+            headers["If-Match"] = etag
+        resp = await self._send("GET", self.url_for(key), self._key(key), {}, headers)
+        url = self.url_for(key)
         try:
-            resp = await client.get_object(**kwargs)
-        except botocore.exceptions.ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code")
-            if code == "InvalidRange":
+            if resp.status == 416:
                 return
-            if etag is not None and (code in ("PreconditionFailed", "412")):
-                raise changed_error(self.url_for(key), etag) from exc
-            raise self._map(exc, key) from exc
-        except self._TRANSIENT as exc:
-            raise self._map(exc, key) from exc
-        body = resp["Body"]
-        try:
-            content = _plain_content(body)
-            if content is None:  # a checksummed body (or not aiohttp): the SDK reads it
-                while True:
-                    try:
-                        chunk = await body.read(CHUNK_SIZE)
-                    except self._TRANSIENT as exc:
-                        raise self._map(exc, key) from exc
-                    if not chunk:
-                        return
-                    yield chunk
-            want = resp.get("ContentLength")
+            if resp.status == 412 and etag is not None:
+                raise changed_error(url, etag)
+            if resp.status == 412:
+                raise s3_error(412, "PreconditionFailed", url)
+            got_etag = resp.headers.get("ETag")
+            if etag is not None and got_etag is not None and got_etag.strip('"') != etag.strip('"'):
+                raise changed_error(url, etag)  # a server that ignored If-Match
+            if rng is not None:
+                if resp.status != 206:
+                    raise StorageError(
+                        f"server answered HTTP {resp.status} to a ranged read ({rng}): refusing "
+                        "bytes of another range",
+                        url,
+                        retryable=False,
+                    )
+                check_content_range(resp.headers.get("Content-Range"), rng, start, end, url)
+            check = None if rng is not None else _checksum_of(resp.headers)
+            want = resp.content_length
             got = 0
+            content = resp.content
             while True:
                 try:
                     chunk, chunk_end = await content.readchunk()
-                except self._TRANSIENT as exc:
-                    raise self._map(exc, key) from exc
+                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                    raise map_aiohttp_error(exc, url) from exc
                 if not chunk:
                     if chunk_end:  # the end of an HTTP chunk (chunked encoding), not of the body
                         continue
                     break
                 got += len(chunk)
+                if check is not None:
+                    check[1].update(chunk)
                 yield chunk
-            if want is not None and got != int(want):
-                raise TransientStorageError(
-                    f"body ended after {got} of {want} bytes", self.url_for(key)
+            if want is not None and got != want:
+                raise TransientStorageError(f"body ended after {got} of {want} bytes", url)
+            if check is not None and check[1].digest() != check[2]:
+                raise IntegrityError(
+                    f"{url}: the body's {check[0].removeprefix('x-amz-checksum-')} is not the "
+                    "checksum S3 stored with the object"
                 )
         finally:
-            body.close()
+            resp.release()
+
+    async def _tail_direct(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
+        resp = await self._send(
+            "GET", self.url_for(key), self._key(key), {}, {"Range": f"bytes=-{n}"}
+        )
+        try:
+            if resp.status == 416:
+                return ObjectInfo(key, 0, None), b""  # an empty object
+            if resp.status == 412:
+                raise s3_error(412, "PreconditionFailed", self.url_for(key))
+            try:
+                data = await resp.read()
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise map_aiohttp_error(exc, self.url_for(key)) from exc
+            cr = resp.headers.get("Content-Range") if resp.status == 206 else None
+            return ObjectInfo(key, total_size(cr, len(data)), resp.headers.get("ETag")), data
+        finally:
+            resp.release()
+
+    async def _head_direct(self, key: str) -> ObjectInfo:
+        resp = await self._send("HEAD", self.url_for(key), self._key(key), {}, {})
+        resp.release()
+        if resp.status >= 300:
+            raise s3_error(resp.status, "", self.url_for(key))
+        size = resp.content_length
+        if size is None:
+            raise StorageError("HEAD response has no Content-Length", self.url_for(key))
+        return ObjectInfo(key, size, resp.headers.get("ETag"))
+
+    async def _list_direct(
+        self, full: str, after: str | None, token: str | None
+    ) -> tuple[list[ObjectInfo], str | None]:
+        query = {
+            "list-type": "2",
+            "prefix": full,
+            "max-keys": str(self.list_page_size),
+            "encoding-type": "url",
+        }
+        if token:
+            query["continuation-token"] = token
+        elif after is not None:
+            query["start-after"] = self._key(after)
+        where = f"s3://{self.bucket}/{full}"
+        resp = await self._send("GET", where, "", query, {})
+        try:
+            data = await resp.read()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise map_aiohttp_error(exc, where) from exc
+        finally:
+            resp.release()
+        try:
+            root = ElementTree.fromstring(data)
+        except ElementTree.ParseError as exc:
+            raise TransientStorageError(
+                f"unreadable listing ({exc}: {data[:80]!r})", where
+            ) from exc
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        items = []
+        for c in root.iter(f"{_NS}Contents"):
+            name = unquote_plus(c.findtext(f"{_NS}Key") or "")
+            items.append(
+                ObjectInfo(name[cut:], int(c.findtext(f"{_NS}Size") or 0), c.findtext(f"{_NS}ETag"))
+            )
+        more = root.findtext(f"{_NS}IsTruncated") == "true"
+        return items, (root.findtext(f"{_NS}NextContinuationToken") if more else None)
+
+    # -- the raw-backend operations --------------------------------------------------------
+
+    async def iter_range(
+        self, key: str, start: int, end: int | None, etag: str | None = None
+    ) -> AsyncIterator[bytes]:
+        inner = (
+            self._iter_direct(key, start, end, etag)
+            if self._target is not None
+            else self._sdk().iter_range(key, start, end, etag)
+        )
+        try:
+            async for chunk in inner:
+                yield chunk
+        finally:
+            await inner.aclose()  # type: ignore[attr-defined]
 
     async def get_tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
         """The last ``n`` bytes of ``key`` and its identity, in one suffix-range GET (no HEAD)."""
-        client = await self._get_client()
-        try:
-            resp = await client.get_object(
-                Bucket=self.bucket, Key=self._key(key), Range=f"bytes=-{n}"
-            )
-            body = resp["Body"]
-            try:
-                data: bytes = await body.read()
-            finally:
-                body.close()
-        except botocore.exceptions.ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "InvalidRange":
-                return ObjectInfo(key, 0, None), b""  # an empty object
-            raise self._map(exc, key) from exc
-        except self._TRANSIENT as exc:
-            raise self._map(exc, key) from exc
-        size = total_size(resp.get("ContentRange"), len(data))
-        return ObjectInfo(key, size, resp.get("ETag")), data
+        if self._target is not None:
+            return await self._tail_direct(key, n)
+        return await self._sdk().get_tail(key, n)
 
     async def head(self, key: str) -> ObjectInfo:
-        client = await self._get_client()
-        try:
-            r = await client.head_object(Bucket=self.bucket, Key=self._key(key))
-        except self._TRANSIENT as exc:
-            raise self._map(exc, key) from exc
-        return ObjectInfo(key, int(r["ContentLength"]), r.get("ETag"))
+        if self._target is not None:
+            return await self._head_direct(key)
+        return await self._sdk().head(key)
 
     async def list_page(
         self, prefix: str, token: str | None
@@ -361,98 +510,37 @@ class S3Backend:
     ) -> tuple[list[ObjectInfo], str | None]:
         """A page of the keys under ``prefix`` that sort after the key ``after``
         (``StartAfter``): a listing split into key ranges runs them concurrently."""
-        client = await self._get_client()
-        full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
-        kwargs: dict[str, Any] = {
-            "Bucket": self.bucket,
-            "Prefix": full,
-            "MaxKeys": self.list_page_size,
-        }
-        if token:
-            kwargs["ContinuationToken"] = token
-        elif after is not None:
-            kwargs["StartAfter"] = self._key(after)
-        try:
-            r = await client.list_objects_v2(**kwargs)
-        except self._TRANSIENT as exc:
-            raise self._map(exc, prefix) from exc
-        cut = len(self.prefix) + 1 if self.prefix else 0
-        items = [
-            ObjectInfo(o["Key"][cut:], int(o["Size"]), o.get("ETag")) for o in r.get("Contents", [])
-        ]
-        return items, (r.get("NextContinuationToken") if r.get("IsTruncated") else None)
+        if self._target is not None:
+            full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
+            return await self._list_direct(full, after, token)
+        return await self._sdk().list_page_after(prefix, after, token)
 
     async def put(self, key: str, data: bytes) -> None:
-        client = await self._get_client()
-        try:
-            await client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
-        except self._TRANSIENT as exc:
-            raise self._map(exc, key) from exc
+        await self._sdk().put(key, data)
 
     async def put_file(self, key: str, path: str) -> None:
-        size = os.path.getsize(path)
-        if size <= self.multipart_threshold:
-            with open(path, "rb") as f:
-                data = f.read()
-            await self.put(key, data)
-            return
-        await self._multipart(key, path, size)
-
-    async def _multipart(self, key: str, path: str, size: int) -> None:
-        client = await self._get_client()
-        full = self._key(key)
-        try:
-            up = await client.create_multipart_upload(Bucket=self.bucket, Key=full)
-        except self._TRANSIENT as exc:
-            raise self._map(exc, key) from exc
-        upload_id = up["UploadId"]
-        sem = asyncio.Semaphore(self.part_concurrency)
-
-        async def part(n: int, offset: int) -> dict[str, Any]:
-            async with sem:
-                data = await asyncio.to_thread(_read_at, path, offset, self.part_size)
-                r = await client.upload_part(
-                    Bucket=self.bucket, Key=full, UploadId=upload_id, PartNumber=n, Body=data
-                )
-                return {"PartNumber": n, "ETag": r["ETag"]}
-
-        try:
-            parts = await asyncio.gather(
-                *(part(i + 1, off) for i, off in enumerate(range(0, size, self.part_size)))
-            )
-            await client.complete_multipart_upload(
-                Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}
-            )
-        except BaseException as exc:
-            with contextlib.suppress(Exception):
-                await client.abort_multipart_upload(
-                    Bucket=self.bucket, Key=full, UploadId=upload_id
-                )
-            if isinstance(exc, self._TRANSIENT):
-                raise self._map(exc, key) from exc
-            raise
+        await self._sdk().put_file(key, path)
 
     async def aclose(self) -> None:
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is not None and self._pid == os.getpid():
-            await stack.aclose()
+        sdk, self._sdk_s3 = self._sdk_s3, None
+        try:
+            if sdk is not None:
+                await sdk.aclose()
+        finally:
+            await self._session.aclose()
 
 
-def _plain_content(body: Any) -> Any:
-    """The aiohttp stream under an SDK body that does nothing per byte, or None.
-
-    ``body.read(n)`` joins whatever the socket delivered into one ``n``-byte string: a copy of
-    every byte, into a fresh allocation (page faults) at 1 MiB. ``readchunk`` hands over the
-    socket's own chunks (<= 256 KiB) as they came, and the caller writes them where they go.
-    A body that validates a checksum while it is read (a whole-object GET of an object stored
-    with one) is a subclass: that one keeps the SDK's reads, so the check is never skipped."""
-    if type(body) is not _PLAIN_BODY:
+def _checksum_of(headers: Any) -> tuple[str, Any, bytes] | None:
+    """The stored full-object checksum a whole GET came with, as (header, hasher, expected);
+    None when there is none this module can check (a multipart object's composite checksum,
+    or CRC32C/CRC64NVME, which need a library the SDK also only uses when installed)."""
+    if headers.get("x-amz-checksum-type", "FULL_OBJECT").upper() == "COMPOSITE":
         return None
-    content = getattr(body.raw_stream, "content", None)
-    return content if hasattr(content, "readchunk") else None
-
-
-def _read_at(path: str, offset: int, n: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read(n)
+    for name, make in _CHECKSUMS.items():
+        value = headers.get(name)
+        if value and "-" not in value:
+            try:
+                return name, make(), base64.b64decode(value)
+            except ValueError:
+                return None
+    return None

@@ -229,7 +229,7 @@ def test_concurrent_first_requests_share_one_s3_client(
 ) -> None:
     """A split listing's ranges are a fresh store's first requests, all at once: they make one
     SDK client, not one each (every extra one leaked its connection pool)."""
-    import astream.storage.s3 as s3mod
+    import astream.storage.s3sdk as s3mod
 
     made: list[int] = []
     real = s3mod._new_session
@@ -248,7 +248,7 @@ def test_concurrent_first_requests_share_one_s3_client(
             await w.put(n, b"x")
         await w.aclose()
         made.clear()
-        store = open_store(url, list_page_size=4)  # 6 ranges of 2 cached keys
+        store = open_store(url, list_page_size=4, direct=False)  # 6 ranges of 2 keys, SDK
         got = await _list_all(store, names)
         await store.aclose()
         assert [o.key for o in got] == names

@@ -13,8 +13,10 @@ from astream.storage import ObjectStore, RetryPolicy, open_store
 from astream.testing import AzuriteServer, FaultProxy, Server
 
 FAST = RetryPolicy(attempts=5, timeout=10.0, backoff_base=0.001, backoff_max=0.01)
-BACKENDS = ["local", "http", "s3", "gcs", "azure"]
-CLOUD = ["s3", "gcs", "azure"]
+BACKENDS = ["local", "http", "s3", "s3-sdk", "gcs", "azure"]
+# "s3" reads by astream's own signed requests (static keys in the environment); "s3-sdk" sends
+# every request through aiobotocore (``direct=False``), as a store with other credentials does
+CLOUD = ["s3", "s3-sdk", "gcs", "azure"]
 
 
 @dataclass
@@ -37,7 +39,7 @@ class Target:
             if self.name == "http":
                 assert self.upstream is not None
                 url = proxy.url + self.url[len(self.upstream) :]
-            elif self.name == "s3":
+            elif self.name in ("s3", "s3-sdk"):
                 options["endpoint_url"] = proxy.url
             elif self.name == "gcs":
                 options["api_root"] = proxy.url
@@ -70,10 +72,11 @@ def make_target(name: str, request: pytest.FixtureRequest, tmp_path: Any, **size
             upstream=server.url,
             write_url=os.path.join(root, prefix),
         )
-    if name == "s3":
+    if name in ("s3", "s3-sdk"):
         bucket = request.getfixturevalue("s3_bucket")
         srv = request.getfixturevalue("s3_server")
         opts = {**srv.store_options(), "list_page_size": 2, **sizes.get("s3", {})}
+        opts["direct"] = name == "s3"  # direct=True fails loudly if it could not be direct
         return Target(name, f"{bucket}/{prefix}", opts, upstream=srv.url, server=srv)
     if name == "gcs":
         bucket = request.getfixturevalue("gcs_bucket")

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CODE = """
 import asyncio, collections, json, sys
-import astream.storage.s3 as s3m
+import astream.storage.s3sdk as s3m
 from astream.storage import open_store
 
 async def main():
@@ -55,7 +55,7 @@ def test_models_file_is_written_read_and_replaced_when_damaged(
     s3_bucket: str, s3_server: Any, tmp_path: Path
 ) -> None:
     url = f"{s3_bucket}/models-{uuid.uuid4().hex[:8]}"
-    opts = s3_server.store_options()
+    opts = {**s3_server.store_options(), "direct": False}  # every request through the SDK
     cache = tmp_path / "cache"
     came, path = _run(url, opts, cache)
     assert came == "botocore" and path.startswith(str(cache / "astream-sdk"))

@@ -51,7 +51,7 @@ def test_forked_child_reuses_parsed_s3_models() -> None:
     p = _run(
         """
         import asyncio, os
-        import astream.storage.s3 as s3m
+        import astream.storage.s3sdk as s3m
         parent = asyncio.run(s3m._warm_loader())
         assert parent.load_service_model("s3", "service-2")["metadata"]["protocol"] == "rest-xml"
         r, w = os.pipe()

@@ -1,0 +1,419 @@
+"""S3 reads signed and sent by astream itself (``astream.storage.s3`` + ``sigv4``).
+
+The oracle for what goes on the wire is botocore: the same operation made by a botocore client
+is captured before it is sent, and astream's path, query and ``Authorization`` must be the same
+bytes. The real-server checks run on ``MotoServer(auth=True)``, which verifies every signature
+(but trusts the encoding it receives: that is what the botocore comparison is for).
+"""
+
+from __future__ import annotations
+
+import base64
+import calendar
+import functools
+import hashlib
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import botocore.session
+import pytest
+from aiohttp import web
+from botocore.config import Config
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from astream.errors import (
+    AccessDeniedError,
+    ConfigError,
+    IntegrityError,
+    ObjectChangedError,
+    ObjectNotFoundError,
+)
+from astream.storage import open_store
+from astream.storage.s3 import S3Backend, _Target
+from astream.storage.sigv4 import Credentials, encode_path, encode_query, sign
+from astream.testing import MotoServer
+from astream.testing.servers import ThreadedApp
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Captured(Exception):
+    def __init__(self, request: Any) -> None:
+        self.request = request
+
+
+@functools.lru_cache(maxsize=16)
+def _client(region: str, token: str | None, endpoint: str | None) -> Any:
+    """A botocore client that raises the signed request it was about to send."""
+    session = botocore.session.get_session()
+    client = session.create_client(
+        "s3",
+        region_name=region,
+        endpoint_url=endpoint,
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        aws_session_token=token,
+        config=Config(retries={"total_max_attempts": 1}),
+    )
+
+    def capture(request: Any, **kwargs: Any) -> None:
+        raise _Captured(request)
+
+    client.meta.events.register("before-send.s3.*", capture)
+    return client
+
+
+def _botocore_request(
+    op: str, params: dict[str, Any], region: str, token: str | None, endpoint: str | None
+) -> Any:
+    """The request a botocore client would send for ``op`` (signed), without sending it."""
+    with pytest.raises(_Captured) as ei:
+        getattr(_client(region, token, endpoint), op)(**params)
+    return ei.value.request
+
+
+def _same_as_botocore(req: Any, region: str, token: str | None) -> None:
+    """Sign what botocore sent with astream's signer: the same ``Authorization``, byte for byte."""
+    parts = urlsplit(req.url)
+    auth = req.headers["Authorization"].decode()
+    names = auth.split("SignedHeaders=")[1].split(",")[0].split(";")
+    mine = {"host", "x-amz-date", "x-amz-content-sha256", "x-amz-security-token"}
+    headers = {}
+    for name in names:
+        if name not in mine:
+            v = req.headers[name]
+            headers[name] = v.decode() if isinstance(v, bytes) else v
+    stamp = req.headers["X-Amz-Date"]
+    stamp = stamp.decode() if isinstance(stamp, bytes) else stamp
+    now = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
+    creds = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token)
+    # botocore sends its own parameter order and signs them sorted by name, then value
+    query = "&".join(
+        "=".join(p) for p in sorted(tuple(q.split("=", 1)) for q in parts.query.split("&") if q)
+    )
+    got = sign(req.method, parts.netloc, parts.path, query, headers, creds, region, now=now)
+    assert got["Authorization"] == auth
+
+
+_KEY_TEXT = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    min_size=1,
+    max_size=24,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    key=_KEY_TEXT,
+    start=st.integers(0, 1 << 40),
+    length=st.integers(1, 1 << 20),
+    etag=st.none() | st.text("0123456789abcdef", min_size=32, max_size=32),
+    token=st.none() | st.just("FQoGZXIvYXdzE//token+/="),
+    region=st.sampled_from(["us-east-1", "eu-west-1", "ap-southeast-2"]),
+)
+@example(
+    key="d/a b+c=d~e%f\u00e9\u4e2d", start=0, length=1, etag=None, token=None, region="us-east-1"
+)
+def test_ranged_get_is_signed_and_encoded_as_botocore(
+    key: str, start: int, length: int, etag: str | None, token: str | None, region: str
+) -> None:
+    key = key.lstrip("/") or "k"
+    params: dict[str, Any] = {
+        "Bucket": "bucket",
+        "Key": key,
+        "Range": f"bytes={start}-{start + length - 1}",
+    }
+    if etag is not None:
+        params["IfMatch"] = etag
+    req = _botocore_request("get_object", params, region, token, "http://127.0.0.1:9000")
+    assert urlsplit(req.url).path == encode_path(f"/bucket/{key}")
+    _same_as_botocore(req, region, token)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    prefix=_KEY_TEXT,
+    after=st.none() | _KEY_TEXT,
+    token=st.none() | st.text(min_size=1, max_size=40),
+    page=st.integers(1, 1000),
+)
+@example(prefix="d/a b+c=d~e%f\u00e9", after="d/a~/ +", token=None, page=2)
+@example(prefix="p", after=None, token="tok~en+/= \u00e9", page=1000)
+def test_listing_query_is_encoded_and_signed_as_botocore(
+    prefix: str, after: str | None, token: str | None, page: int
+) -> None:
+    params: dict[str, Any] = {"Bucket": "bucket", "Prefix": prefix, "MaxKeys": page}
+    query = {"list-type": "2", "prefix": prefix, "max-keys": str(page), "encoding-type": "url"}
+    if token is not None:
+        params["ContinuationToken"] = token
+        query["continuation-token"] = token
+    elif after is not None:
+        params["StartAfter"] = after
+        query["start-after"] = after
+    req = _botocore_request("list_objects_v2", params, "us-east-1", None, "http://127.0.0.1:9000")
+    # sent in botocore's order, signed sorted: astream sends the sorted (canonical) form
+    sent = sorted(tuple(q.split("=", 1)) for q in urlsplit(req.url).query.split("&"))
+    assert "&".join("=".join(p) for p in sent) == encode_query(query)
+    _same_as_botocore(req, "us-east-1", None)
+
+
+@pytest.mark.parametrize(
+    ("bucket", "region", "path_style"),
+    [
+        ("my-bucket", "eu-west-1", False),
+        ("my-bucket", "eu-west-1", True),
+        ("my-bucket", "us-east-1", False),
+        ("my-bucket", "us-east-1", True),
+        ("my.dotted.bucket", "us-east-1", False),
+        ("bucket", "cn-north-1", False),
+        ("ab-1", "ap-southeast-2", False),
+    ],
+)
+def test_aws_addressing_reaches_the_host_botocore_would_sign_for(
+    bucket: str, region: str, path_style: bool
+) -> None:
+    t = _Target(bucket, None, region, path_style)
+    style = "path" if path_style else "virtual"
+    session = botocore.session.get_session()
+    client = session.create_client(
+        "s3",
+        region_name=region,
+        aws_access_key_id="a",
+        aws_secret_access_key="b",
+        config=Config(s3={"addressing_style": style}),
+    )
+    url = client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k/x y~z"})
+    parts = urlsplit(url)
+    assert (t.scheme, t.host) == (parts.scheme, parts.netloc)
+    assert encode_path(f"{t.base}/k/x y~z") == parts.path
+
+
+# --- which path a store takes -----------------------------------------------------------------
+
+
+def _backend(**kw: Any) -> S3Backend:
+    return S3Backend("s3://bucket/p", endpoint_url="http://127.0.0.1:1", **kw)
+
+
+def test_static_environment_keys_go_direct_and_the_rest_through_the_sdk(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "absent"))
+    assert _backend().direct  # the suite's fake keys are in the environment
+    assert _backend(direct=False).direct is False
+    monkeypatch.setenv("AWS_PROFILE", "other")
+    assert _backend().direct is False
+    with pytest.raises(ConfigError, match=r"direct=True, but these credentials or settings"):
+        _backend(direct=True)
+    monkeypatch.delenv("AWS_PROFILE")
+    (tmp_path / "config").write_text("[default]\nregion = eu-west-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    assert _backend().direct is False  # an AWS config file: only the SDK applies it
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "absent"))
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    assert _backend().direct is False  # an access key without its secret: the SDK's chain
+    assert _backend(unsigned=True).direct  # a public bucket needs no keys
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+    assert _backend(unsigned=True).direct is False
+    with pytest.raises(ConfigError, match=r"direct must be None, True or False, got 'yes'"):
+        _backend(direct="yes")
+
+
+# --- against a server that checks every signature --------------------------------------------
+
+
+ODD = "dir/a b+c=d~e%f\u00e9\u4e2d.bin"
+
+
+@pytest.fixture
+def keyed(s3_auth_server: MotoServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """A fresh bucket on the checking server, its keys in the environment (no session token:
+    moto refuses one with a user's key), and no AWS config file."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_auth_server.access_key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_auth_server.secret_access_key)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_SECURITY_TOKEN", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "absent"))
+    name = f"direct-{uuid.uuid4().hex[:12]}"
+    s3_auth_server.create_bucket(name)
+    return name
+
+
+async def test_direct_reads_on_a_checking_server(s3_auth_server: MotoServer, keyed: str) -> None:
+    opts = s3_auth_server.store_options()
+    writer = open_store(f"s3://{keyed}/root", direct=False, **opts)
+    store = open_store(f"s3://{keyed}/root", direct=True, **opts, list_page_size=2)
+    body = bytes(range(256)) * 40
+    names = [ODD, "dir/b", "dir/c c", "dir/d+", "e"]
+    try:
+        for n in names:
+            await writer.put(n, body)
+        assert await store.get_range(ODD) == body  # whole: its stored CRC32 is checked
+        assert await store.get_range(ODD, 5, 300) == body[5:300]
+        assert await store.get_range(ODD, 10_000, 20_000) == body[10_000:]
+        assert await store.get_range(ODD, 20_000, 30_000) == b""  # past the end: 416
+        info = await store.head(ODD)
+        assert (info.size, info.etag) == (len(body), (await writer.head(ODD)).etag)
+        tail_info, tail = await store.raw.get_tail(ODD, 7)  # type: ignore[attr-defined]
+        assert (tail_info.size, tail) == (len(body), body[-7:])
+        listed = [o.key async for o in store.list("")]
+        assert listed == sorted(names)
+        assert [o.key async for o in store.list("dir/")] == sorted(n for n in names if "/" in n)
+        page, token = await store.raw.list_page_after("", "dir/b", None)  # type: ignore[attr-defined]
+        assert [o.key for o in page] == ["dir/c c", "dir/d+"] and token is not None
+        with pytest.raises(ObjectNotFoundError, match=r"s3://.*/root/missing"):
+            await store.get_range("missing")
+        with pytest.raises(ObjectNotFoundError):
+            await store.head("missing")
+        with pytest.raises(ObjectChangedError):
+            await store.get_range(ODD, 0, 10, etag='"0123456789abcdef0123456789abcdef"')
+        assert store.raw.direct  # type: ignore[attr-defined]
+    finally:
+        await store.aclose()
+        await writer.aclose()
+
+
+async def test_a_wrong_secret_is_refused_by_the_server(
+    s3_auth_server: MotoServer, keyed: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = open_store(f"s3://{keyed}", **s3_auth_server.store_options())
+    await writer.put("k", b"x")
+    await writer.aclose()
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_auth_server.secret_access_key[:-1] + "0")
+    store = open_store(f"s3://{keyed}", direct=True, **s3_auth_server.store_options())
+    try:
+        with pytest.raises(AccessDeniedError, match=r"SignatureDoesNotMatch"):
+            await store.get_range("k")
+    finally:
+        await store.aclose()
+
+
+# --- S3's answers that moto does not give: a fake S3 on loopback ------------------------------
+
+
+class _FakeS3:
+    """Answers like S3 for one object: a stored checksum (right or wrong), and a refusal naming
+    the bucket's region when a request is signed for another."""
+
+    def __init__(self, body: bytes, checksum: str, home: str) -> None:
+        self.body, self.checksum, self.home = body, checksum, home
+        self.scopes: list[str] = []
+        app = web.Application()
+        app.router.add_get("/{bucket}/{key:.*}", self.get)
+        self.server = ThreadedApp(app)
+
+    async def get(self, request: web.Request) -> web.StreamResponse:
+        scope = request.headers["Authorization"].split("Credential=")[1].split("/")[2]
+        self.scopes.append(scope)
+        if scope != self.home:
+            return web.Response(
+                status=400,
+                headers={"x-amz-bucket-region": self.home},
+                body=b"<Error><Code>AuthorizationHeaderMalformed</Code></Error>",
+            )
+        headers = {"ETag": '"e"'}
+        rng = request.http_range
+        if rng.start is not None:
+            n = len(self.body)
+            headers["Content-Range"] = f"bytes {rng.start}-{min(rng.stop or n, n) - 1}/{n}"
+            return web.Response(status=206, body=self.body[rng], headers=headers)
+        if request.headers.get("x-amz-checksum-mode") == "ENABLED":
+            headers["x-amz-checksum-crc32"] = self.checksum
+            headers["x-amz-checksum-type"] = "FULL_OBJECT"
+        return web.Response(body=self.body, headers=headers)
+
+
+@pytest.fixture
+def fake_s3() -> Iterator[_FakeS3]:
+    body = b"abc" * 1000
+    right = base64.b64encode(zlib.crc32(body).to_bytes(4, "big")).decode()
+    fake = _FakeS3(body, right, "eu-west-1")
+    fake.server.start()
+    try:
+        yield fake
+    finally:
+        fake.server.stop()
+
+
+async def test_a_refusal_naming_the_region_is_signed_again_for_it(fake_s3: _FakeS3) -> None:
+    store = open_store("s3://b", endpoint_url=fake_s3.server.url, region="us-east-1", direct=True)
+    try:
+        assert await store.get_range("k") == fake_s3.body
+        assert await store.get_range("k") == fake_s3.body
+    finally:
+        await store.aclose()
+    assert fake_s3.scopes == ["us-east-1", "eu-west-1", "eu-west-1"]
+
+
+async def test_a_stored_checksum_that_does_not_match_is_an_integrity_error(
+    fake_s3: _FakeS3,
+) -> None:
+    store = open_store("s3://b", endpoint_url=fake_s3.server.url, region="eu-west-1", direct=True)
+    try:
+        assert await store.get_range("k") == fake_s3.body
+        fake_s3.checksum = base64.b64encode(b"\x00\x00\x00\x01").decode()
+        with pytest.raises(IntegrityError, match=r"s3://b/k: the body's crc32 is not the checksum"):
+            await store.get_range("k")
+        assert await store.get_range("k", 0, 10) == fake_s3.body[:10]  # ranged: no checksum
+    finally:
+        await store.aclose()
+
+
+def test_a_cold_s3_dataset_with_static_keys_never_imports_the_sdk(
+    s3_bucket: str, s3_server: MotoServer, tmp_path: Path
+) -> None:
+    from astream.writer.mds import MDSWriter
+
+    url = f"{s3_bucket}/nosdk-{uuid.uuid4().hex[:8]}"
+    with MDSWriter(out=url, columns={"x": "int64"}, size_limit=1 << 10) as w:
+        for i in range(300):
+            w.write({"x": i})
+    code = f"""
+        import sys
+        from astream.torch.dataset import StreamingDataset
+        from astream.torch.dataloader import StreamingDataLoader
+        ds = StreamingDataset(remote={url!r}, local={str(tmp_path / "cache")!r},
+                              shuffle=True, batch_size=8)
+        got = sorted(int(x) for b in StreamingDataLoader(ds, batch_size=8, num_workers=2)
+                     for x in b["x"])
+        assert got == list(range(300)), got
+        sdk = ("aiobotocore", "botocore")
+        print("SDK", sorted(m for m in sys.modules if m.split(".")[0] in sdk))
+        """
+    env = {
+        **__import__("os").environ,
+        "PYTHONPATH": str(ROOT),
+        "AWS_CONFIG_FILE": str(tmp_path / "x"),
+    }
+    p = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "SDK []" in p.stdout, p.stdout
+
+
+def test_checksum_helper_matches_hashlib_for_sha256() -> None:
+    from astream.storage.s3 import _checksum_of
+
+    body = b"some bytes"
+    digest = base64.b64encode(hashlib.sha256(body).digest()).decode()
+    name, hasher, want = _checksum_of({"x-amz-checksum-sha256": digest})  # type: ignore[misc]
+    hasher.update(body)
+    assert (name, hasher.digest() == want) == ("x-amz-checksum-sha256", True)
+    assert _checksum_of({"x-amz-checksum-crc32": "AAAAAA==-3"}) is None  # composite
+    assert (
+        _checksum_of({"x-amz-checksum-sha256": digest, "x-amz-checksum-type": "COMPOSITE"}) is None
+    )
