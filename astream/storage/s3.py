@@ -61,22 +61,19 @@ from astream.errors import ConfigError, IntegrityError, StorageError, TransientS
 from astream.storage.base import ObjectInfo
 from astream.storage.common import (
     changed_error,
-    error_for_status,
     join_key,
     range_header,
     split_bucket,
     total_size,
 )
 from astream.storage.http import LazySession, check_content_range, map_aiohttp_error
+from astream.storage.s3errors import s3_error
 from astream.storage.sigv4 import Credentials, encode_path, encode_query, sign
 
 if TYPE_CHECKING:
     from astream.storage.s3sdk import SdkS3
 
-__all__ = ["S3Backend", "s3_error"]
-
-NOT_FOUND = frozenset({"NoSuchKey", "NoSuchBucket", "NotFound", "404"})
-THROTTLED = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded"})
+__all__ = ["S3Backend"]
 
 # settings only the SDK applies: with any of them set, requests go through it
 _SDK_ONLY_ENV = (
@@ -101,15 +98,6 @@ _CHECKSUMS: dict[str, Callable[[], Any]] = {
     "x-amz-checksum-sha256": hashlib.sha256,
     "x-amz-checksum-sha1": hashlib.sha1,
 }
-
-
-def s3_error(status: int, code: str, url: str) -> StorageError:
-    """The astream error for an S3 error answer (its status and ``<Code>``)."""
-    if code in NOT_FOUND:
-        status = 404
-    elif code in THROTTLED:
-        status = 429
-    return error_for_status(status, url, code)
 
 
 def _config_file() -> str:

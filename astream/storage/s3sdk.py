@@ -51,7 +51,7 @@ from astream.storage.common import (
     split_bucket,
     total_size,
 )
-from astream.storage.s3 import s3_error
+from astream.storage.s3errors import s3_error
 
 __all__ = ["SdkS3"]
 
