@@ -15,8 +15,9 @@ CPU time (``time.process_time``: user + system, this process only) and wall time
   error mapping included);
 - ``astream-footer``: astream's footer read of each object (that GET plus the footer's parse
   into a ``ParquetFile``) -- what a cold index start does per file;
-- ``astream-get-sdk`` (Azure only): ``astream-get`` with reads through azure-storage-blob's
-  ``download_blob``, as astream read before its direct GET (the SDK's fallback path);
+- ``astream-get-sdk`` (S3 and Azure): ``astream-get`` with reads through the SDK
+  (aiobotocore ``get_object`` with ``direct=False``; azure-storage-blob's ``download_blob``), as
+  astream read before its direct GETs and still reads where only the SDK can sign;
 - ``sdk-list`` / ``astream-list``: listing the N objects (pages of 1,000).
 
 Modules are imported before the clock starts.
@@ -132,7 +133,7 @@ async def _astream(spec: dict[str, Any], what: str) -> int:
     from astream.runtime import parquet_index
     from astream.storage import open_store
 
-    store = open_store(spec["url"])
+    store = open_store(spec["url"], **spec.get("options", {}))
     try:
         infos = [o async for o in store.list("")]
         if what == "list":
@@ -166,10 +167,14 @@ def side(spec: dict[str, Any]) -> dict[str, Any]:
     if case.startswith("astream-"):
         importlib.import_module(f"astream.storage.{store}")
         importlib.import_module("astream.runtime.parquet_index")
-    if case == "astream-get-sdk":  # Azure reads through the SDK, as before they bypassed it
+    if case == "astream-get-sdk" and store == "azure":  # reads through the SDK
         from astream.storage.azure import _Direct
 
         _Direct.of = classmethod(lambda cls, client: None)  # type: ignore[method-assign,assignment]
+        case = "astream-get"
+    elif case == "astream-get-sdk":  # S3: every request through aiobotocore
+        importlib.import_module("astream.storage.s3sdk")
+        spec["options"] = {"direct": False}
         case = "astream-get"
     t0 = (time.process_time(), time.perf_counter())
     spec["t0"] = t0  # a GET case moves it past its listing
@@ -225,7 +230,7 @@ def main() -> int:
                 spec0["conn"] = direct["AZURE_STORAGE_CONNECTION_STRING"]
             for rep in range(a.reps):
                 for case in cases:
-                    if case == "astream-get-sdk" and st != "azure":
+                    if case == "astream-get-sdk" and st == "gcs":
                         continue
                     cmd = [sys.executable, "-m", "benchmarks.bench_request_cpu", "--side"]
                     cmd.append(json.dumps({**spec0, "case": case}))

@@ -105,7 +105,7 @@ def test_split_listing_equals_serial_listing(
 async def _delete(store: Any, backend: str, key: str) -> None:
     raw = store.raw
     if backend == "s3":
-        client = await raw._get_client()
+        client = await raw._sdk()._get_client()  # S3Backend's SDK part (deletes are SDK's)
         await client.delete_object(Bucket=raw.bucket, Key=raw._key(key))
     else:
         await raw._client().delete(raw.bucket, raw._key(key))
