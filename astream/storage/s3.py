@@ -289,6 +289,13 @@ class S3Backend:
 
     # -- direct requests ---------------------------------------------------------------------
 
+    def _path(self, full: str) -> str:
+        """The encoded path of an object, or of the bucket for a listing (``/bucket``, or ``/``
+        on a virtual-hosted bucket's own host), as the SDK sends them."""
+        assert self._target is not None
+        base = self._target.base
+        return encode_path(f"{base}/{full}" if full else (base or "/"))
+
     async def _send(
         self, method: str, where: str, full: str, query: dict[str, str], headers: dict[str, str]
     ) -> aiohttp.ClientResponse:
@@ -298,7 +305,7 @@ class S3Backend:
         assert target is not None
         session = self._session.get()
         for tries in (0, 1):
-            path = encode_path(f"{target.base}/{full}" if full else f"{target.base}/")
+            path = self._path(full)
             q = encode_query(query)
             signed = headers
             if self._creds is not None:
@@ -313,6 +320,7 @@ class S3Backend:
                     headers=signed,
                     allow_redirects=False,
                     skip_auto_headers=("Accept-Encoding",),
+                    ssl=_tls() if target.scheme == "https" else True,
                 )
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 raise map_aiohttp_error(exc, where) from exc

@@ -327,8 +327,9 @@ class AzuriteServer(Server):
 class ThreadedApp:
     """Run an aiohttp application on 127.0.0.1 in a private loop thread."""
 
-    def __init__(self, app: web.Application) -> None:
+    def __init__(self, app: web.Application, ssl_context: Any = None) -> None:
         self.app = app
+        self.ssl_context = ssl_context  # an ``ssl.SSLContext``: serve https
         self.port = 0
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -336,7 +337,8 @@ class ThreadedApp:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> None:
         started = threading.Event()
@@ -358,7 +360,7 @@ class ThreadedApp:
     async def _setup(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.ssl_context)
         await site.start()
         self.port = self._runner.addresses[0][1]
 

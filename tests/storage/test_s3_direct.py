@@ -160,6 +160,7 @@ def test_listing_query_is_encoded_and_signed_as_botocore(
         params["StartAfter"] = after
         query["start-after"] = after
     req = _botocore_request("list_objects_v2", params, "us-east-1", None, "http://127.0.0.1:9000")
+    assert urlsplit(req.url).path == _backend(region="us-east-1")._path("")
     # sent in botocore's order, signed sorted: astream sends the sorted (canonical) form
     sent = sorted(tuple(q.split("=", 1)) for q in urlsplit(req.url).query.split("&"))
     assert "&".join("=".join(p) for p in sent) == encode_query(query)
@@ -202,6 +203,15 @@ def test_aws_addressing_reaches_the_host_botocore_would_sign_for(
 
 def _backend(**kw: Any) -> S3Backend:
     return S3Backend("s3://bucket/p", endpoint_url="http://127.0.0.1:1", **kw)
+
+
+def test_a_virtual_hosted_listing_is_sent_to_the_bucket_root() -> None:
+    aws = S3Backend("s3://my-bucket/p", endpoint_url=None, region="eu-west-1")
+    assert (aws._target.host, aws._path(""), aws._path("p/k x")) == (  # type: ignore[union-attr]
+        "my-bucket.s3.eu-west-1.amazonaws.com",
+        "/",
+        "/p/k%20x",
+    )
 
 
 def test_static_environment_keys_go_direct_and_the_rest_through_the_sdk(
@@ -417,3 +427,80 @@ def test_checksum_helper_matches_hashlib_for_sha256() -> None:
     assert (
         _checksum_of({"x-amz-checksum-sha256": digest, "x-amz-checksum-type": "COMPOSITE"}) is None
     )
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 signed by its own key (PEM files)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "astream-test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+async def test_an_https_endpoint_is_verified_with_aws_ca_bundle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ssl
+
+    from astream.errors import TransientStorageError
+    from astream.storage import RetryPolicy
+
+    cert, key = _self_signed(tmp_path)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    body = b"over tls"
+    fake = _FakeS3(
+        body, base64.b64encode(zlib.crc32(body).to_bytes(4, "big")).decode(), "us-east-1"
+    )
+    fake.server = ThreadedApp(fake.server.app, ssl_context=ctx)
+    fake.server.start()
+    once = RetryPolicy(attempts=1)
+    try:
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(cert))
+        store = open_store("s3://b", endpoint_url=fake.server.url, direct=True, retry=once)
+        try:
+            assert await store.get_range("k") == body  # trusted through the bundle only
+        finally:
+            await store.aclose()
+        monkeypatch.delenv("AWS_CA_BUNDLE")
+        store = open_store("s3://b", endpoint_url=fake.server.url, direct=True, retry=once)
+        try:
+            with pytest.raises(TransientStorageError, match=r"[Cc]ertificate"):
+                await store.get_range("k")
+        finally:
+            await store.aclose()
+    finally:
+        fake.server.stop()
