@@ -61,13 +61,11 @@ from astream.errors import ConfigError, IntegrityError, StorageError, TransientS
 from astream.storage.base import ObjectInfo
 from astream.storage.common import (
     changed_error,
-    join_key,
     range_header,
-    split_bucket,
     total_size,
 )
 from astream.storage.http import LazySession, check_content_range, map_aiohttp_error
-from astream.storage.s3errors import s3_error
+from astream.storage.s3common import S3Settings, s3_error
 from astream.storage.sigv4 import Credentials, encode_path, encode_query, sign
 
 if TYPE_CHECKING:
@@ -214,29 +212,23 @@ class S3Backend:
         part_concurrency: int = 8,
         direct: bool | None = None,
     ) -> None:
-        if part_size < 5 << 20:
-            raise ConfigError(f"part_size must be >= 5 MiB for S3, got {part_size}")
         if direct not in (None, True, False):
             raise ConfigError(f"direct must be None, True or False, got {direct!r}")
         if _sdk_missing():  # writes and other credentials need it: say so now, not mid-run
             raise ConfigError(f"url {url!r} needs the 's3' extra: pip install 'astream[s3]'")
-        self._url = url.rstrip("/")
-        self.bucket, self.prefix = split_bucket(self._url, len("s3://"))
-        self.endpoint_url = (
-            endpoint_url or os.environ.get("S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+        self._s = S3Settings.parse(
+            url,
+            endpoint_url=endpoint_url,
+            region=region,
+            path_style=path_style,
+            unsigned=unsigned,
+            list_page_size=list_page_size,
+            multipart_threshold=multipart_threshold,
+            part_size=part_size,
+            part_concurrency=part_concurrency,
         )
-        self.region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        self.list_page_size = list_page_size
-        self._sdk_args: dict[str, Any] = {
-            "endpoint_url": endpoint_url,
-            "region": region,
-            "path_style": path_style,
-            "unsigned": unsigned,
-            "list_page_size": list_page_size,
-            "multipart_threshold": multipart_threshold,
-            "part_size": part_size,
-            "part_concurrency": part_concurrency,
-        }
+        self.bucket, self.prefix = self._s.bucket, self._s.prefix
+        self.list_page_size = self._s.list_page_size  # read by the split listing (parquet_index)
         self._sdk_s3: SdkS3 | None = None
         self._creds: Credentials | None = None
         self._target: _Target | None = None
@@ -245,7 +237,7 @@ class S3Backend:
             try:
                 if found is not False:
                     self._target = _Target(
-                        self.bucket, self.endpoint_url, self.region or "us-east-1", path_style
+                        self.bucket, self._s.endpoint_url, self._s.region or "us-east-1", path_style
                     )
                     self._creds = found if isinstance(found, Credentials) else None
             except ValueError:
@@ -262,7 +254,7 @@ class S3Backend:
 
     @property
     def url(self) -> str:
-        return self._url
+        return self._s.url
 
     @property
     def direct(self) -> bool:
@@ -270,10 +262,10 @@ class S3Backend:
         return self._target is not None
 
     def url_for(self, key: str) -> str:
-        return f"s3://{self.bucket}/{self._key(key)}"
+        return self._s.url_for(key)
 
     def _key(self, key: str) -> str:
-        return join_key(self.prefix, key)
+        return self._s.key(key)
 
     def _sdk(self) -> SdkS3:
         if self._sdk_s3 is None:
@@ -281,10 +273,10 @@ class S3Backend:
                 from astream.storage.s3sdk import SdkS3
             except ImportError as exc:
                 raise ConfigError(
-                    f"url {self._url!r}: this S3 operation needs the 's3' extra "
+                    f"url {self._s.url!r}: this S3 operation needs the 's3' extra "
                     "(aiobotocore): pip install 'astream[s3]'"
                 ) from exc
-            self._sdk_s3 = SdkS3(self._url, **self._sdk_args)
+            self._sdk_s3 = SdkS3(self._s)
         return self._sdk_s3
 
     # -- direct requests ---------------------------------------------------------------------

@@ -40,18 +40,16 @@ from aiobotocore.config import AioConfig
 from aiobotocore.response import AioStreamingBody
 from botocore import UNSIGNED
 
-from astream.errors import ConfigError, StorageError, TransientStorageError
+from astream.errors import StorageError, TransientStorageError
 from astream.storage.base import ObjectInfo
 from astream.storage.common import (
     CHUNK_SIZE,
     POOL_SIZE,
     changed_error,
-    join_key,
     range_header,
-    split_bucket,
     total_size,
 )
-from astream.storage.s3errors import s3_error
+from astream.storage.s3common import S3Settings, s3_error
 
 __all__ = ["SdkS3"]
 
@@ -171,33 +169,8 @@ async def _warm_loader() -> Any:
 class SdkS3:
     """Every S3 operation through one aiobotocore client (see the module's docstring)."""
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        endpoint_url: str | None = None,
-        region: str | None = None,
-        path_style: bool = False,
-        unsigned: bool = False,
-        list_page_size: int = 1000,
-        multipart_threshold: int = 64 << 20,
-        part_size: int = 16 << 20,
-        part_concurrency: int = 8,
-    ) -> None:
-        if part_size < 5 << 20:
-            raise ConfigError(f"part_size must be >= 5 MiB for S3, got {part_size}")
-        self._url = url.rstrip("/")
-        self.bucket, self.prefix = split_bucket(self._url, len("s3://"))
-        self.endpoint_url = (
-            endpoint_url or os.environ.get("S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
-        )
-        self.region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        self.path_style = path_style
-        self.unsigned = unsigned
-        self.list_page_size = list_page_size
-        self.multipart_threshold = multipart_threshold
-        self.part_size = part_size
-        self.part_concurrency = part_concurrency
+    def __init__(self, settings: S3Settings) -> None:
+        self._s = settings
         self._client: Any = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._pid = 0
@@ -205,13 +178,13 @@ class SdkS3:
 
     @property
     def url(self) -> str:
-        return self._url
+        return self._s.url
 
     def url_for(self, key: str) -> str:
-        return f"s3://{self.bucket}/{self._key(key)}"
+        return self._s.url_for(key)
 
     def _key(self, key: str) -> str:
-        return join_key(self.prefix, key)
+        return self._s.key(key)
 
     async def _get_client(self) -> Any:
         pid = os.getpid()
@@ -228,8 +201,8 @@ class SdkS3:
                 config = AioConfig(
                     max_pool_connections=POOL_SIZE,
                     retries={"total_max_attempts": 1, "mode": "standard"},
-                    s3={"addressing_style": "path" if self.path_style else "auto"},
-                    signature_version=UNSIGNED if self.unsigned else None,
+                    s3={"addressing_style": "path" if self._s.path_style else "auto"},
+                    signature_version=UNSIGNED if self._s.unsigned else None,
                     connect_timeout=30,
                     read_timeout=60,
                 )
@@ -240,8 +213,8 @@ class SdkS3:
                 self._client = await stack.enter_async_context(
                     session.create_client(
                         "s3",
-                        endpoint_url=self.endpoint_url,
-                        region_name=self.region or "us-east-1",
+                        endpoint_url=self._s.endpoint_url,
+                        region_name=self._s.region or "us-east-1",
                         config=config,
                     )
                 )
@@ -272,7 +245,7 @@ class SdkS3:
         self, key: str, start: int, end: int | None, etag: str | None = None
     ) -> AsyncIterator[bytes]:
         client = await self._get_client()
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key)}
+        kwargs: dict[str, Any] = {"Bucket": self._s.bucket, "Key": self._key(key)}
         rng = range_header(start, end)
         if rng:
             kwargs["Range"] = rng
@@ -326,7 +299,7 @@ class SdkS3:
         client = await self._get_client()
         try:
             resp = await client.get_object(
-                Bucket=self.bucket, Key=self._key(key), Range=f"bytes=-{n}"
+                Bucket=self._s.bucket, Key=self._key(key), Range=f"bytes=-{n}"
             )
             body = resp["Body"]
             try:
@@ -345,7 +318,7 @@ class SdkS3:
     async def head(self, key: str) -> ObjectInfo:
         client = await self._get_client()
         try:
-            r = await client.head_object(Bucket=self.bucket, Key=self._key(key))
+            r = await client.head_object(Bucket=self._s.bucket, Key=self._key(key))
         except self._TRANSIENT as exc:
             raise self._map(exc, key) from exc
         return ObjectInfo(key, int(r["ContentLength"]), r.get("ETag"))
@@ -361,11 +334,11 @@ class SdkS3:
         """A page of the keys under ``prefix`` that sort after the key ``after``
         (``StartAfter``): a listing split into key ranges runs them concurrently."""
         client = await self._get_client()
-        full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
+        full = self._key(prefix) if prefix else (self._s.prefix + "/" if self._s.prefix else "")
         kwargs: dict[str, Any] = {
-            "Bucket": self.bucket,
+            "Bucket": self._s.bucket,
             "Prefix": full,
-            "MaxKeys": self.list_page_size,
+            "MaxKeys": self._s.list_page_size,
         }
         if token:
             kwargs["ContinuationToken"] = token
@@ -375,7 +348,7 @@ class SdkS3:
             r = await client.list_objects_v2(**kwargs)
         except self._TRANSIENT as exc:
             raise self._map(exc, prefix) from exc
-        cut = len(self.prefix) + 1 if self.prefix else 0
+        cut = len(self._s.prefix) + 1 if self._s.prefix else 0
         items = [
             ObjectInfo(o["Key"][cut:], int(o["Size"]), o.get("ETag")) for o in r.get("Contents", [])
         ]
@@ -384,13 +357,13 @@ class SdkS3:
     async def put(self, key: str, data: bytes) -> None:
         client = await self._get_client()
         try:
-            await client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+            await client.put_object(Bucket=self._s.bucket, Key=self._key(key), Body=data)
         except self._TRANSIENT as exc:
             raise self._map(exc, key) from exc
 
     async def put_file(self, key: str, path: str) -> None:
         size = os.path.getsize(path)
-        if size <= self.multipart_threshold:
+        if size <= self._s.multipart_threshold:
             with open(path, "rb") as f:
                 data = f.read()
             await self.put(key, data)
@@ -401,31 +374,34 @@ class SdkS3:
         client = await self._get_client()
         full = self._key(key)
         try:
-            up = await client.create_multipart_upload(Bucket=self.bucket, Key=full)
+            up = await client.create_multipart_upload(Bucket=self._s.bucket, Key=full)
         except self._TRANSIENT as exc:
             raise self._map(exc, key) from exc
         upload_id = up["UploadId"]
-        sem = asyncio.Semaphore(self.part_concurrency)
+        sem = asyncio.Semaphore(self._s.part_concurrency)
 
         async def part(n: int, offset: int) -> dict[str, Any]:
             async with sem:
-                data = await asyncio.to_thread(_read_at, path, offset, self.part_size)
+                data = await asyncio.to_thread(_read_at, path, offset, self._s.part_size)
                 r = await client.upload_part(
-                    Bucket=self.bucket, Key=full, UploadId=upload_id, PartNumber=n, Body=data
+                    Bucket=self._s.bucket, Key=full, UploadId=upload_id, PartNumber=n, Body=data
                 )
                 return {"PartNumber": n, "ETag": r["ETag"]}
 
         try:
             parts = await asyncio.gather(
-                *(part(i + 1, off) for i, off in enumerate(range(0, size, self.part_size)))
+                *(part(i + 1, off) for i, off in enumerate(range(0, size, self._s.part_size)))
             )
             await client.complete_multipart_upload(
-                Bucket=self.bucket, Key=full, UploadId=upload_id, MultipartUpload={"Parts": parts}
+                Bucket=self._s.bucket,
+                Key=full,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": parts},
             )
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 await client.abort_multipart_upload(
-                    Bucket=self.bucket, Key=full, UploadId=upload_id
+                    Bucket=self._s.bucket, Key=full, UploadId=upload_id
                 )
             if isinstance(exc, self._TRANSIENT):
                 raise self._map(exc, key) from exc

@@ -205,7 +205,11 @@ def _backend(**kw: Any) -> S3Backend:
     return S3Backend("s3://bucket/p", endpoint_url="http://127.0.0.1:1", **kw)
 
 
-def test_a_virtual_hosted_listing_is_sent_to_the_bucket_root() -> None:
+def test_a_virtual_hosted_listing_is_sent_to_the_bucket_root(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("S3_ENDPOINT_URL", raising=False)  # set by the suite's moto fixture
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     aws = S3Backend("s3://my-bucket/p", endpoint_url=None, region="eu-west-1")
     assert (aws._target.host, aws._path(""), aws._path("p/k x")) == (  # type: ignore[union-attr]
         "my-bucket.s3.eu-west-1.amazonaws.com",
