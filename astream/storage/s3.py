@@ -198,47 +198,26 @@ class _Crc32:
 
 
 class S3Backend:
-    def __init__(
-        self,
-        url: str,
-        *,
-        endpoint_url: str | None = None,
-        region: str | None = None,
-        path_style: bool = False,
-        unsigned: bool = False,
-        list_page_size: int = 1000,
-        multipart_threshold: int = 64 << 20,
-        part_size: int = 16 << 20,
-        part_concurrency: int = 8,
-        direct: bool | None = None,
-    ) -> None:
+    def __init__(self, url: str, *, direct: bool | None = None, **options: Any) -> None:
+        """``options``: those of :meth:`S3Settings.parse` (an unknown one is a TypeError,
+        which ``open_store`` reports as a bad option)."""
         if direct not in (None, True, False):
             raise ConfigError(f"direct must be None, True or False, got {direct!r}")
         if _sdk_missing():  # writes and other credentials need it: say so now, not mid-run
             raise ConfigError(f"url {url!r} needs the 's3' extra: pip install 'astream[s3]'")
-        self._s = S3Settings.parse(
-            url,
-            endpoint_url=endpoint_url,
-            region=region,
-            path_style=path_style,
-            unsigned=unsigned,
-            list_page_size=list_page_size,
-            multipart_threshold=multipart_threshold,
-            part_size=part_size,
-            part_concurrency=part_concurrency,
-        )
+        self._s = S3Settings.parse(url, **options)
         self.bucket, self.prefix = self._s.bucket, self._s.prefix
         self.list_page_size = self._s.list_page_size  # read by the split listing (parquet_index)
         self._sdk_s3: SdkS3 | None = None
         self._creds: Credentials | None = None
         self._target: _Target | None = None
         if direct is not False:
-            found = static_credentials(unsigned)
+            found = static_credentials(self._s.unsigned)
             try:
                 if found is not False:
-                    self._target = _Target(
-                        self.bucket, self._s.endpoint_url, self._s.region or "us-east-1", path_style
-                    )
+                    region = self._s.region or "us-east-1"
+                    path_style = self._s.path_style
+                    self._target = _Target(self.bucket, self._s.endpoint_url, region, path_style)
                     self._creds = found if isinstance(found, Credentials) else None
             except ValueError:
                 self._target = None

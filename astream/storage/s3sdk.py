@@ -323,11 +323,6 @@ class SdkS3:
             raise self._map(exc, key) from exc
         return ObjectInfo(key, int(r["ContentLength"]), r.get("ETag"))
 
-    async def list_page(
-        self, prefix: str, token: str | None
-    ) -> tuple[list[ObjectInfo], str | None]:
-        return await self.list_page_after(prefix, None, token)
-
     async def list_page_after(
         self, prefix: str, after: str | None, token: str | None
     ) -> tuple[list[ObjectInfo], str | None]:
