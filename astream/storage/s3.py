@@ -41,6 +41,7 @@ and a body shorter than its Content-Length -> transient (the retry layer resumes
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib.util
 import ipaddress
@@ -104,7 +105,7 @@ def _config_file() -> str:
     )
 
 
-def static_credentials(unsigned: bool) -> Credentials | bool | None:
+def static_credentials(unsigned: bool) -> Credentials | bool:
     """The keys to sign with (``True`` for unsigned requests), or ``False`` where only the SDK
     can resolve the credentials or apply the configuration (see the module's docstring)."""
     if any(os.environ.get(name) for name in _SDK_ONLY_ENV) or os.path.exists(_config_file()):
@@ -307,8 +308,9 @@ class S3Backend:
             if region is None and (m := _ERROR_REGION.search(body)) is not None:
                 region = m[1].decode(errors="replace")
             if tries == 0 and resp.status in (301, 307, 400) and region and region != target.region:
-                target.move_to(region)
-                continue
+                with contextlib.suppress(ValueError):  # a region name AWS does not use: refused
+                    target.move_to(region)
+                    continue
             m = _ERROR_CODE.search(body)
             code = m[1].decode(errors="replace") if m else (resp.reason or "")
             raise s3_error(resp.status, code, where)
