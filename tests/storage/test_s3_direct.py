@@ -12,6 +12,8 @@ import base64
 import calendar
 import functools
 import hashlib
+import ipaddress
+import os
 import subprocess
 import sys
 import textwrap
@@ -404,7 +406,7 @@ def test_a_cold_s3_dataset_with_static_keys_never_imports_the_sdk(
         print("SDK", sorted(m for m in sys.modules if m.split(".")[0] in sdk))
         """
     env = {
-        **__import__("os").environ,
+        **os.environ,
         "PYTHONPATH": str(ROOT),
         "AWS_CONFIG_FILE": str(tmp_path / "x"),
     }
@@ -454,9 +456,7 @@ def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(hours=1))
         .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]
-            ),
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
             critical=False,
         )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
