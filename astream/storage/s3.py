@@ -329,8 +329,8 @@ class S3Backend:
             headers["x-amz-checksum-mode"] = "ENABLED"
         if etag is not None:
             headers["If-Match"] = etag
+        resp = await self._send("GET", self.url_for(key), self._key(key), {}, headers)
         url = self.url_for(key)
-        resp = await self._send("GET", url, self._key(key), {}, headers)
         try:
             if resp.status == 416:
                 return
@@ -444,13 +444,19 @@ class S3Backend:
 
     # -- the raw-backend operations --------------------------------------------------------
 
-    def iter_range(
+    async def iter_range(
         self, key: str, start: int, end: int | None, etag: str | None = None
     ) -> AsyncIterator[bytes]:
-        # the chosen path's own generator, not one wrapped in another (an await per chunk)
-        if self._target is not None:
-            return self._iter_direct(key, start, end, etag)
-        return self._sdk().iter_range(key, start, end, etag)
+        inner = (
+            self._iter_direct(key, start, end, etag)
+            if self._target is not None
+            else self._sdk().iter_range(key, start, end, etag)
+        )
+        try:
+            async for chunk in inner:
+                yield chunk
+        finally:
+            await inner.aclose()  # type: ignore[attr-defined]
 
     async def get_tail(self, key: str, n: int) -> tuple[ObjectInfo, bytes]:
         """The last ``n`` bytes of ``key`` and its identity, in one suffix-range GET (no HEAD)."""
