@@ -21,8 +21,12 @@ here instead of falling back.
 Addressing is the SDK's: with ``endpoint_url`` (else ``S3_ENDPOINT_URL`` or
 ``AWS_ENDPOINT_URL``) path-style (``endpoint/bucket/key``); on AWS, virtual-hosted
 (``bucket.s3.region.amazonaws.com``) for a bucket name that is a DNS label, path-style for others
-and with ``path_style=True``. A wrong region is corrected from the ``x-amz-bucket-region`` of
-S3's refusal (301/400) and the request signed again, once. Options: ``region`` (else
+and with ``path_style=True``. A wrong region is corrected from S3's refusal and the request
+signed again, once: the region named by a 301/302/307/400's ``x-amz-bucket-region`` or
+``<Region>``, or, for a redirect naming none (a 307 while a new bucket's name propagates), by
+a HEAD of the bucket, as the SDK does. A 403 whose ``Date`` is over a minute from this
+machine's clock (``RequestTimeTooSkewed``) is signed again with the server's time, once, and
+the store keeps that offset for its later requests. Options: ``region`` (else
 ``AWS_REGION``/``AWS_DEFAULT_REGION``, else us-east-1), ``list_page_size``,
 ``multipart_threshold``, ``part_size`` and ``part_concurrency`` (uploads, the SDK's).
 
@@ -49,8 +53,10 @@ import os
 import re
 import ssl
 import sys
+import time
 import zlib
 from collections.abc import AsyncIterator, Callable
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus, urlsplit
 from xml.etree import ElementTree
@@ -92,6 +98,7 @@ _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 _DNS_BUCKET = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
 _ERROR_CODE = re.compile(rb"<Code>([^<]*)</Code>")
 _ERROR_REGION = re.compile(rb"<Region>([^<]*)</Region>")
+_SKEW_S = 60.0  # a 403 whose Date is further than this from our clock: signed again with it
 _CHECKSUMS: dict[str, Callable[[], Any]] = {
     "x-amz-checksum-crc32": lambda: _Crc32(),
     "x-amz-checksum-sha256": hashlib.sha256,
@@ -177,6 +184,20 @@ def _sdk_missing() -> bool:
     return importlib.util.find_spec("aiobotocore") is None
 
 
+def _server_clock(date: str | None, sent_at: float) -> float | None:
+    """The server's clock minus ours, from an answer's ``Date`` header (whole seconds), or None
+    without a readable one."""
+    if not date:
+        return None
+    try:
+        when = parsedate_to_datetime(date)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return when.timestamp() - sent_at
+
+
 def _is_ip(name: str) -> bool:
     try:
         ipaddress.ip_address(name)
@@ -231,6 +252,7 @@ class S3Backend:
                     "unsigned=True, or leave direct unset"
                 )
         self._session = LazySession()
+        self._clock_offset = 0.0  # the server's clock minus this machine's, once S3 said so
 
     @property
     def url(self) -> str:
@@ -268,34 +290,59 @@ class S3Backend:
         base = self._target.base
         return encode_path(f"{base}/{full}" if full else (base or "/"))
 
+    async def _request(
+        self, method: str, full: str, query: dict[str, str], headers: dict[str, str], where: str
+    ) -> aiohttp.ClientResponse:
+        """One signed request to the bucket's current target, sent as it is (no redirect
+        followed, no status checked)."""
+        target = self._target
+        assert target is not None
+        path = self._path(full)
+        q = encode_query(query)
+        signed = headers
+        if self._creds is not None:
+            now = time.time() + self._clock_offset
+            signed = sign(
+                method, target.host, path, q, headers, self._creds, target.region, now=now
+            )
+        url = yarl.URL(
+            f"{target.scheme}://{target.host}{path}" + (f"?{q}" if q else ""), encoded=True
+        )
+        try:
+            return await self._session.get().request(
+                method,
+                url,
+                headers=signed,
+                allow_redirects=False,
+                skip_auto_headers=("Accept-Encoding",),
+                ssl=_tls() if target.scheme == "https" else True,
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise map_aiohttp_error(exc, where) from exc
+
+    async def _bucket_region(self, where: str) -> str | None:
+        """The bucket's region as S3 names it in the answer to a HEAD of the bucket (whatever
+        its status), as the SDK asks when a redirect names none."""
+        resp = await self._request("HEAD", "", {}, {}, where)
+        resp.release()
+        return resp.headers.get("x-amz-bucket-region")
+
     async def _send(
         self, method: str, where: str, full: str, query: dict[str, str], headers: dict[str, str]
     ) -> aiohttp.ClientResponse:
-        """One signed request; a refusal naming another region is signed again for it, once.
-        Error answers are raised (the body read for its ``<Code>``), 416 and 412 returned."""
+        """One signed request; error answers are raised (the body read for its ``<Code>``),
+        416 and 412 returned. Two refusals are answered by sending the request again, each once:
+        one naming another region -- by ``x-amz-bucket-region``, the body's ``<Region>``, or,
+        for a redirect naming none (S3's 307 while a new bucket's name propagates), a HEAD of
+        the bucket -- is signed again for that region (on AWS, sent to its endpoint); a 403
+        whose ``Date`` is more than ``_SKEW_S`` from this machine's clock is signed again with
+        the server's time (the offset is kept for this store's later requests)."""
         target = self._target
         assert target is not None
-        session = self._session.get()
-        for tries in (0, 1):
-            path = self._path(full)
-            q = encode_query(query)
-            signed = headers
-            if self._creds is not None:
-                signed = sign(method, target.host, path, q, headers, self._creds, target.region)
-            url = yarl.URL(
-                f"{target.scheme}://{target.host}{path}" + (f"?{q}" if q else ""), encoded=True
-            )
-            try:
-                resp = await session.request(
-                    method,
-                    url,
-                    headers=signed,
-                    allow_redirects=False,
-                    skip_auto_headers=("Accept-Encoding",),
-                    ssl=_tls() if target.scheme == "https" else True,
-                )
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise map_aiohttp_error(exc, where) from exc
+        moved = skewed = False
+        while True:
+            sent_at = time.time()
+            resp = await self._request(method, full, query, headers, where)
             if resp.status < 300 or resp.status in (412, 416):
                 return resp
             try:
@@ -304,17 +351,26 @@ class S3Backend:
                 body = b""
             finally:
                 resp.release()
-            region = resp.headers.get("x-amz-bucket-region")
-            if region is None and (m := _ERROR_REGION.search(body)) is not None:
-                region = m[1].decode(errors="replace")
-            if tries == 0 and resp.status in (301, 307, 400) and region and region != target.region:
-                with contextlib.suppress(ValueError):  # a region name AWS does not use: refused
-                    target.move_to(region)
-                    continue
             m = _ERROR_CODE.search(body)
             code = m[1].decode(errors="replace") if m else (resp.reason or "")
+            if not moved and resp.status in (301, 302, 307, 400):
+                region = resp.headers.get("x-amz-bucket-region")
+                if region is None and (m := _ERROR_REGION.search(body)) is not None:
+                    region = m[1].decode(errors="replace")
+                if region is None and resp.status != 400:
+                    region = await self._bucket_region(where)
+                if region and region != target.region:
+                    moved = True
+                    with contextlib.suppress(ValueError):  # a region name AWS does not use
+                        target.move_to(region)
+                        continue
+            if not skewed and resp.status == 403 and self._creds is not None:
+                offset = _server_clock(resp.headers.get("Date"), sent_at)
+                if offset is not None and abs(offset - self._clock_offset) > _SKEW_S:
+                    skewed = True
+                    self._clock_offset = offset
+                    continue
             raise s3_error(resp.status, code, where)
-        raise AssertionError("unreachable")
 
     async def _iter_direct(
         self, key: str, start: int, end: int | None, etag: str | None

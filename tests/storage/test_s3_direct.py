@@ -38,6 +38,7 @@ from astream.errors import (
     IntegrityError,
     ObjectChangedError,
     ObjectNotFoundError,
+    StorageError,
 )
 from astream.storage import open_store
 from astream.storage.s3 import S3Backend, _Target
@@ -318,18 +319,59 @@ async def test_a_wrong_secret_is_refused_by_the_server(
 
 class _FakeS3:
     """Answers like S3 for one object: a stored checksum (right or wrong), and a refusal naming
-    the bucket's region when a request is signed for another."""
+    the bucket's region when a request is signed for another. ``redirects``: the next GETs are
+    answered 307 TemporaryRedirect naming no region (as S3 does while a new bucket's name
+    propagates), and a HEAD of the bucket names its region unless ``head_names_region`` is
+    false. ``clock_offset``: the server's clock runs that many seconds from the real one, and a
+    request signed over 15 minutes away from it is refused 403 RequestTimeTooSkewed with the
+    server's ``Date``. ``deny``: every GET is refused 403 AccessDenied."""
 
     def __init__(self, body: bytes, checksum: str, home: str) -> None:
         self.body, self.checksum, self.home = body, checksum, home
         self.scopes: list[str] = []
+        self.log: list[tuple[str, str]] = []  # (method, signing region) of every request
+        self.stamps: list[float] = []  # every GET's x-amz-date, as a POSIX time
+        self.redirects = 0
+        self.head_names_region = True
+        self.clock_offset = 0.0
+        self.deny = False
         app = web.Application()
-        app.router.add_get("/{bucket}/{key:.*}", self.get)
+        app.router.add_get("/{bucket}/{key:.*}", self.get, allow_head=False)
+        app.router.add_route("HEAD", "/{bucket}", self.head_bucket)
         self.server = ThreadedApp(app)
+
+    def _date(self) -> dict[str, str]:
+        now = time.time() + self.clock_offset
+        return {"Date": time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(now))}
+
+    async def head_bucket(self, request: web.Request) -> web.StreamResponse:
+        self.log.append(("HEAD", request.headers["Authorization"].split("/")[2]))
+        headers = {"x-amz-bucket-region": self.home} if self.head_names_region else {}
+        return web.Response(status=200, headers=headers)
 
     async def get(self, request: web.Request) -> web.StreamResponse:
         scope = request.headers["Authorization"].split("Credential=")[1].split("/")[2]
         self.scopes.append(scope)
+        self.log.append(("GET", scope))
+        stamp = calendar.timegm(time.strptime(request.headers["x-amz-date"], "%Y%m%dT%H%M%SZ"))
+        self.stamps.append(stamp)
+        if abs(stamp - (time.time() + self.clock_offset)) > 900:
+            return web.Response(
+                status=403,
+                headers=self._date(),
+                body=b"<Error><Code>RequestTimeTooSkewed</Code></Error>",
+            )
+        if self.deny:
+            body = b"<Error><Code>AccessDenied</Code></Error>"
+            return web.Response(status=403, headers=self._date(), body=body)
+        if self.redirects:
+            self.redirects -= 1
+            return web.Response(
+                status=307,
+                headers={"Location": "https://elsewhere.invalid/k"},
+                body=b"<Error><Code>TemporaryRedirect</Code>"
+                b"<Endpoint>elsewhere.invalid</Endpoint></Error>",
+            )
         if scope != self.home:
             return web.Response(
                 status=400,
@@ -368,6 +410,68 @@ async def test_a_refusal_naming_the_region_is_signed_again_for_it(fake_s3: _Fake
     finally:
         await store.aclose()
     assert fake_s3.scopes == ["us-east-1", "eu-west-1", "eu-west-1"]
+
+
+async def test_a_temporary_redirect_naming_no_region_is_resolved_by_a_head_of_the_bucket(
+    fake_s3: _FakeS3,
+) -> None:
+    fake_s3.redirects = 1
+    store = open_store("s3://b", endpoint_url=fake_s3.server.url, region="us-east-1", direct=True)
+    try:
+        assert await store.get_range("k", 0, 9) == fake_s3.body[:9]
+        assert await store.get_range("k", 9, 20) == fake_s3.body[9:20]
+    finally:
+        await store.aclose()
+    # the 307 named no region: the bucket's HEAD did, and the request went again, signed for it
+    assert fake_s3.log == [
+        ("GET", "us-east-1"),
+        ("HEAD", "us-east-1"),
+        ("GET", "eu-west-1"),
+        ("GET", "eu-west-1"),
+    ]
+
+
+async def test_a_temporary_redirect_that_nothing_resolves_is_an_error_naming_it(
+    fake_s3: _FakeS3,
+) -> None:
+    fake_s3.redirects, fake_s3.head_names_region = 2, False
+    store = open_store("s3://b", endpoint_url=fake_s3.server.url, region="eu-west-1", direct=True)
+    try:
+        with pytest.raises(StorageError, match=r"HTTP 307 TemporaryRedirect") as info:
+            await store.get_range("k", 0, 9)
+        assert not info.value.retryable
+    finally:
+        await store.aclose()
+    assert fake_s3.log == [("GET", "eu-west-1"), ("HEAD", "eu-west-1")]
+
+
+@pytest.mark.parametrize("offset", [3600.0, -7200.0])
+async def test_a_skewed_clock_is_signed_again_with_the_servers_time(
+    fake_s3: _FakeS3, offset: float
+) -> None:
+    fake_s3.clock_offset = offset
+    store = open_store("s3://b", endpoint_url=fake_s3.server.url, region="eu-west-1", direct=True)
+    try:
+        assert await store.get_range("k", 0, 9) == fake_s3.body[:9]
+        assert await store.get_range("k", 9, 20) == fake_s3.body[9:20]
+    finally:
+        await store.aclose()
+    assert len(fake_s3.stamps) == 3  # refused once, then signed with the server's clock
+    now = time.time()
+    assert abs(fake_s3.stamps[0] - now) < 60
+    assert [abs(t - (now + offset)) < 60 for t in fake_s3.stamps[1:]] == [True, True]
+
+
+async def test_a_refusal_with_the_clocks_agreeing_is_not_sent_again(fake_s3: _FakeS3) -> None:
+    fake_s3.deny = True
+    fake_s3.clock_offset = 30.0  # within the minute a server's Date may differ by
+    store = open_store("s3://b", endpoint_url=fake_s3.server.url, region="eu-west-1", direct=True)
+    try:
+        with pytest.raises(AccessDeniedError, match=r"HTTP 403 AccessDenied"):
+            await store.get_range("k", 0, 9)
+    finally:
+        await store.aclose()
+    assert len(fake_s3.stamps) == 1
 
 
 async def test_a_stored_checksum_that_does_not_match_is_an_integrity_error(
