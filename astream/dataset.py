@@ -688,6 +688,7 @@ class StreamingCore:
         plan = self.plan(epoch)
         batches = plan.worker_batches(place.world, place.rank, place.worker, start)
         self.engine.follow(plan, place.world, place.rank, place.worker, epoch, start, skip)
+        self.engine.share_first(plan, place.world, place.rank, place.worker, start, skip)
         progress: list[Any] = [skip, None, 0]  # see Engine.iter_samples' cursor
         self._progress = progress
         return (_skip(batches, skip) if skip else batches), progress

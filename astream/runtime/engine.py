@@ -21,6 +21,17 @@ bytes moved for a shard are then at most twice those of the better of the two pu
 (ranges only, or the shard at the first read), and sparse random access -- a few samples of
 each big shard -- never downloads a shard. A compressed shard is fetched whole through the
 cache, since its samples cannot be addressed inside the compressed bytes.
+
+The first batches of a loader's workers, cold: the loader hands out worker 0's first batch,
+then worker 1's, and so on, and until then each worker would download only its own. Shards
+read by ranges are read by the main process in that order (``runtime/lead.py``); shards that
+must be whole before a sample of them is read (Parquet row groups, compressed shards) are
+announced by worker ``w`` first for workers ``0..w-1``'s first batches, then for its own
+(:meth:`Engine.share_first`), so the node's download slots go to the batch handed out first.
+A prefetch never queues behind another process's download of a shard (``fetch.py``), so the
+workers split those shards between them. Only with no ``cache_limit`` and no explicit
+``predownload`` (the downloads are then bounded by nothing but the plan anyway: every shard is
+fetched once per node) and at the start of an iteration (not a resumed one).
 """
 
 from __future__ import annotations
@@ -156,6 +167,8 @@ class Engine:
         self._follow: _Follow | None = None  # the next iteration's place in the node
         # the pipes of a loader's workers' first batches, while they start (runtime/lead.py)
         self._lead: LeadEnds | None = None
+        # whole shards of earlier workers' first batches, announced first (share_first)
+        self._first_of_others: list[int] = []
         self._pid = -1
         self._local: _ProcessParts | None = None
 
@@ -236,6 +249,35 @@ class Engine:
         shape = (world.num_nodes, world.ranks_per_node, world.workers_per_rank, world.node_of(rank))
         self._follow = _Follow(clock, shape, epoch, worker)
 
+    def share_first(
+        self, plan: Any, world: Any, rank: int, worker: int, start: int, skip: int
+    ) -> None:
+        """The next iteration of DataLoader worker ``worker`` (> 0) announces the whole shards
+        of workers ``0..worker-1``'s first batches before its own (see the module's docstring):
+        those not complete in the cache and not read by ranges, in the order the loader hands
+        the batches out. Nothing for worker 0, a resumed iteration, a ``cache_limit`` or an
+        explicit ``predownload``."""
+        self._first_of_others = []
+        if worker <= 0 or skip or self.cache_limit is not None or self.ahead_fixed:
+            return
+        seen: set[int] = set()
+        for w in range(worker):
+            first = next(iter(plan.worker_batches(world, rank, w, start)), None)
+            if first is None:
+                continue
+            for s, _positions, _locals in batch_groups(first, self.catalog):
+                if s in seen or self.catalog.shards[s].remote is None or self._rangeable(s):
+                    continue
+                seen.add(s)
+                files = self.catalog.shards[s].files
+                if not is_complete(files.raw_path, files.raw_size):
+                    self._first_of_others.append(s)
+
+    def _want_first_of_others(self, pf: Prefetcher) -> None:
+        shards, self._first_of_others = self._first_of_others, []
+        for s in shards:
+            pf.want(s)
+
     def _track(self, space: CacheSpace, la: Lookahead) -> _Tracker | None:
         follow, self._follow = self._follow, None
         if follow is None:
@@ -277,6 +319,7 @@ class Engine:
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
         if self._may_range():
             pf.hold()  # until the first batch's ranges are read (``_ranged``)
+        self._want_first_of_others(pf)  # before the lookahead announces this worker's own
         la = Lookahead(
             batches, self.catalog, pf, self.ahead, idle=opener.idle, further=self._further()
         )
@@ -444,6 +487,7 @@ class Engine:
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
         if self._may_range():
             pf.hold()  # until the first batch's ranges are read (below)
+        self._want_first_of_others(pf)  # before the lookahead announces this worker's own
         la = Lookahead(
             batches, self.catalog, pf, self.ahead, idle=opener.idle, further=self._further()
         )
