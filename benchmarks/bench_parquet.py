@@ -2,7 +2,7 @@
 and astream on the same data as MDS; and the footer-only index of many small files.
 
 Usage:  python -m benchmarks.bench_parquet [--scale 0.05] [--reps 3] [--workers 2]
-        [--latency-ms 20] [--index-files 10000] [--out DIR]
+        [--latency-ms 20] [--bandwidth-mbps 0] [--index-files 10000] [--out DIR]
         [--peer-python /work/peervenv/bin/python] [--hf-python .bench/hf-venv/bin/python]
 
 Theory of operation
@@ -13,7 +13,8 @@ seed) are written once as a Parquet table (``id`` int64, ``label`` int64, ``payl
 ``shard_bytes(scale)`` -- 64 MiB at scale 1, scaled down like every other benchmark's shards --
 four row groups per file) and as MDS by astream's writer with the same shard size. Both go to
 moto behind the shaping proxy (benchmarks/servers.py, benchmarks/proxy.py) with ``--latency-ms``
-per request.
+per request and, with ``--bandwidth-mbps`` (MB/s; 0: unlimited), a cap on the bytes/s the
+proxy sends in all (a node's link, shared by its processes).
 
 The Hugging Face venv is made once by hand (``datasets`` conflicts with the peers' venv):
 ``python -m venv .bench/hf-venv && .bench/hf-venv/bin/pip install datasets s3fs torch==2.13.0``
@@ -332,6 +333,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument("--bandwidth-mbps", type=float, default=0.0)
     ap.add_argument("--index-files", type=int, default=10_000)
     ap.add_argument("--workloads", default="tokens,images")
     ap.add_argument("--sides", default="astream-parquet,astream-mds,lit-parquet,hf-parquet")
@@ -371,6 +373,7 @@ def main() -> int:
         "scale": a.scale,
         "row_group_target_bytes": group,
         "latency_ms": a.latency_ms,
+        "bandwidth_mbps": a.bandwidth_mbps,
         "workers": a.workers,
         "batch": a.batch,
         "reps": a.reps,
@@ -437,7 +440,7 @@ def main() -> int:
             t0 = time.perf_counter()
             upload_dir(s3.direct, BUCKET, "small", small)
             log(f"uploaded {a.index_files} small files in {time.perf_counter() - t0:.0f} s")
-        s3.control("config", latency_ms=a.latency_ms, bandwidth_mbps=0)
+        s3.control("config", latency_ms=a.latency_ms, bandwidth_mbps=a.bandwidth_mbps)
         for rep in range(a.reps):
             for wl in wls:
                 for side in sides:
