@@ -412,16 +412,21 @@ async def test_a_refusal_naming_the_region_is_signed_again_for_it(fake_s3: _Fake
     assert fake_s3.scopes == ["us-east-1", "eu-west-1", "eu-west-1"]
 
 
+async def _two_reads(fake: _FakeS3, region: str) -> None:
+    """Two ranged reads of the fake's object by a direct store signing for ``region``."""
+    store = open_store("s3://b", endpoint_url=fake.server.url, region=region, direct=True)
+    try:
+        assert await store.get_range("k", 0, 9) == fake.body[:9]
+        assert await store.get_range("k", 9, 20) == fake.body[9:20]
+    finally:
+        await store.aclose()
+
+
 async def test_a_temporary_redirect_naming_no_region_is_resolved_by_a_head_of_the_bucket(
     fake_s3: _FakeS3,
 ) -> None:
     fake_s3.redirects = 1
-    store = open_store("s3://b", endpoint_url=fake_s3.server.url, region="us-east-1", direct=True)
-    try:
-        assert await store.get_range("k", 0, 9) == fake_s3.body[:9]
-        assert await store.get_range("k", 9, 20) == fake_s3.body[9:20]
-    finally:
-        await store.aclose()
+    await _two_reads(fake_s3, "us-east-1")
     # the 307 named no region: the bucket's HEAD did, and the request went again, signed for it
     assert fake_s3.log == [
         ("GET", "us-east-1"),
@@ -450,12 +455,7 @@ async def test_a_skewed_clock_is_signed_again_with_the_servers_time(
     fake_s3: _FakeS3, offset: float
 ) -> None:
     fake_s3.clock_offset = offset
-    store = open_store("s3://b", endpoint_url=fake_s3.server.url, region="eu-west-1", direct=True)
-    try:
-        assert await store.get_range("k", 0, 9) == fake_s3.body[:9]
-        assert await store.get_range("k", 9, 20) == fake_s3.body[9:20]
-    finally:
-        await store.aclose()
+    await _two_reads(fake_s3, "eu-west-1")
     assert len(fake_s3.stamps) == 3  # refused once, then signed with the server's clock
     now = time.time()
     assert abs(fake_s3.stamps[0] - now) < 60
