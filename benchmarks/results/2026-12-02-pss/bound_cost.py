@@ -1,12 +1,14 @@
 """CPU per sample and mapped shard pages of one hot epoch of column batches (see README.md).
 
-    PYTHONPATH=. python bound_cost.py DATA time|mem [py1e] [--pread]
+    PYTHONPATH=. python bound_cost.py DATA time|mem [py1e] [--pread] [--map-limit=BYTES]
 
 ``time``: CPU seconds of the epoch per sample, nothing else measured. ``mem``: the same epoch,
 ``/proc/self/smaps`` read every 8 batches: the most and the mean PSS of mapped ``.mds`` files.
 ``--pread``: values read with ``preadv`` instead of through the map (the columnar decoder's
-large-value path forced for every value). The per-batch page drops of the README's other
-rows need ``experiment.patch`` applied (``ASTREAM_X_DROP=N``).
+large-value path forced for every value). ``--map-limit``: sets
+``astream.runtime.batch.MAP_LIMIT`` (shards opened past that many mapped bytes are read by
+copy). The per-batch page drops of the README's other rows need ``experiment.patch`` applied
+(``ASTREAM_X_DROP=N``).
 """
 
 import json
@@ -34,6 +36,9 @@ def shard_pss_mb() -> float:
 data, mode = sys.argv[1], sys.argv[2]
 if "--pread" in sys.argv:
     bd.PREAD = rb.PREAD = 1
+for arg in sys.argv:
+    if arg.startswith("--map-limit="):
+        rb.MAP_LIMIT = int(arg.split("=", 1)[1])
 extra = {"shuffle_algo": "py1e"} if "py1e" in sys.argv else {}
 ds = StreamingDataset(local=data, shuffle=True, shuffle_seed=1234, batch_size=32, **extra)
 ld = StreamingDataLoader(ds, batch_size=32, num_workers=0, batch_format="torch", ragged="offsets")
