@@ -20,9 +20,7 @@ caller's allocator (private numpy memory, or a worker's shared-memory slot):
 2. :meth:`ColumnBatch.finish`: lengths in batch order give each output's shape; the allocator
    is asked for every array; a scalar column is one ``np.take`` from the table, any other
    column one offsets-driven copy: a loop of ``memcpy``\\ s (memoryview slices), one per
-   sample, with no Python object per sample kept. Values that are large on average, and the
-   values of buffers the caller marks as read by copy (``ColumnBatch.copy_fds``), are read
-   from the files with one ``preadv`` each instead, so their pages are never mapped.
+   sample, with no Python object per sample kept.
 
 Column kinds and what a batch holds (``ragged`` = ``"pad"`` or ``"offsets"``):
 
@@ -600,9 +598,6 @@ class ColumnBatch:
         # the lean path then slices values computed once for the chunk (chunk_values)
         self.chunk: Any = None
         self.span = (0, 0)
-        # None, or per buffer: the descriptor its values are read from with preadv (a shard
-        # read by copy), or -1 (through the map); set by the caller after locating
-        self.copy_fds: list[int] | None = None
 
     @property
     def specs(self) -> list[ColumnSpec]:
@@ -726,9 +721,7 @@ class ColumnBatch:
             dst = memoryview(values.view(np.uint8))  # type: ignore[arg-type]
             ends = (srcs + nbytes).tolist()
             d = (offs if dt.itemsize == 1 else offs * dt.itemsize).tolist()
-            if self.copy_fds is not None:
-                self._mixed(dst, d, srcs.tolist(), ends)
-            elif which is None:
+            if which is None:
                 b = self._views_of()[0]
                 for d0, d1, s0, s1 in zip(d, d[1:], srcs.tolist(), ends):
                     dst[d0:d1] = b[s0:s1]
@@ -767,9 +760,7 @@ class ColumnBatch:
             values = np.empty(total // dt.itemsize, dt)
             dst = memoryview(values.view(np.uint8))  # type: ignore[arg-type]
             d = (offs if dt.itemsize == 1 else offs * dt.itemsize).tolist()
-            if self.copy_fds is not None:
-                self._mixed(dst, d, srcl, endl)
-            elif which is None:
+            if which is None:
                 b = self._views_of()[0]
                 for d0, d1, s0, s1 in zip(d, d[1:], srcl, endl):
                     dst[d0:d1] = b[s0:s1]
@@ -779,20 +770,6 @@ class ColumnBatch:
                     dst[d0:d1] = views[w][s0:s1]
             out[name], out[f"{name}_offsets"] = values, offs
         return out
-
-    def _mixed(self, dst: memoryview, d: list[int], srcs: list[int], ends: list[int]) -> None:
-        """The lean copy loop where some buffers are read by copy (``copy_fds``): row ``j``'s
-        value goes to ``dst[d[j]:d[j + 1]]`` from ``srcs[j]:ends[j]`` of its buffer, with one
-        ``preadv`` from that buffer's file or one slice of its map."""
-        assert self.copy_fds is not None
-        fds, views, preadv = self.copy_fds, self._views_of(), os.preadv
-        which = self.which if self.which is not None else [0] * (len(d) - 1)
-        for d0, d1, s0, s1, w in zip(d, d[1:], srcs, ends, which):
-            fd = fds[w]
-            if fd < 0:
-                dst[d0:d1] = views[w][s0:s1]
-            elif preadv(fd, [dst[d0:d1]], s0) < d1 - d0:  # short: again, to the end or error
-                _pread_run(dst, [fd], [d0], [s0], [s1 - s0])
 
     def _views_of(self) -> list[memoryview]:
         if self._views is None:
@@ -807,10 +784,6 @@ class ColumnBatch:
         if n == 0:
             return
         total = self._total(k) if nbytes is self._lens.get(k) else int(nbytes.sum())
-        if self.copy_fds is not None:  # some shards read by copy: every value with preadv
-            args0 = (dsts.tolist(), srcs.tolist(), nbytes.tolist(), self.which)
-            _pread(memoryview(flat), *args0, self.files)  # type: ignore[arg-type]
-            return
         if self.which is None and total <= _SMALL * n:
             _copy_small(flat, dsts, self.bufs[0], srcs, nbytes)
             return

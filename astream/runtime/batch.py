@@ -12,13 +12,6 @@ allocator (one array per column: a ``take`` per scalar column, one offsets-drive
 other column). The allocator decides where the batch lives: private numpy memory in the
 consumer, or a DataLoader worker's shared-memory slot (``astream/torch/shm.py``).
 
-With ``MAP_LIMIT`` set (bytes; None, the default, maps every open shard), the engine's
-opener reads the shards opened past that many mapped bytes by copy (``reader.OpenShard.by_copy``):
-:func:`locate_batch` unmaps the pages their table build touched and gives the batch
-``copy_fds``, and every value of those shards is read with ``preadv`` (the lean loops per value,
-the general path for the whole batch). The batch is the same; the process keeps at most
-``MAP_LIMIT`` of shard pages mapped whatever the order reads (see ``reader.py``).
-
 A batch holding a sample that fails the format checks raises what the sample-by-sample checks
 raise (``check_group``, run only then). MDS shards and Parquet row groups batch this way; a
 batch that reaches a JSON/CSV/XSV shard, or mixes shards whose columns batch differently, is
@@ -54,11 +47,7 @@ from astream.errors import ConfigError
 from astream.runtime.catalog import Catalog
 from astream.runtime.reader import BatchGroups, Groups, OpenShard
 
-__all__ = ["MAP_LIMIT", "BatchLayouts", "locate_batch"]
-
-# None, or the bytes of open MDS shards whose values a process's columnar batches read through
-# the map; shards opened past it are read by copy (see the module docstring)
-MAP_LIMIT: int | None = None
+__all__ = ["BatchLayouts", "locate_batch"]
 
 
 class BatchLayouts:
@@ -191,10 +180,8 @@ def locate_batch(
             else:
                 offsets = h.offsets_array()
                 base = store.add(s, shard_table(store.layout, buf, offsets))
-                if getattr(h, "by_copy", False) or (
-                    len(offsets) > 1 and offsets[-1] - offsets[0] >= PREAD * (len(offsets) - 1)
-                ):
-                    h.drop_pages()  # values read with preadv: no need for the map
+                if len(offsets) > 1 and offsets[-1] - offsets[0] >= PREAD * (len(offsets) - 1):
+                    h.drop_pages()  # large values are read with preadv: no need for the map
         bufs.append(buf)
         files.append(h)
         bases.append(base)
@@ -231,8 +218,6 @@ def locate_batch(
     if pq and not all(getattr(h, "has_file", lambda: True)() for h in files):
         files = []  # a row group decoded in memory: values are copied from the buffers
     cb = ColumnBatch(store, size, ragged, rows, which, bufs, files)
-    if files and any(getattr(h, "by_copy", False) for h in files):
-        cb.copy_fds = [h.fileno() if getattr(h, "by_copy", False) else -1 for h in files]
     if isinstance(groups, BatchGroups) and groups.chunk is not None:
         cb.chunk, cb.span = groups.chunk, groups.span
     return cb

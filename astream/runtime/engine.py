@@ -43,7 +43,6 @@ from astream.core.eviction import ConsumerClock, check_policy
 from astream.core.shard import header_size, parse_offsets
 from astream.errors import FormatError
 from astream.placement import dataloader_worker
-from astream.runtime import batch as batch_mod
 from astream.runtime import lead
 from astream.runtime.batch import BatchLayouts, locate_batch
 from astream.runtime.cache import CacheSpace
@@ -375,7 +374,6 @@ class Engine:
         yielded. ``cursor[0]`` counts the samples of the batches handed out."""
         stats = self._parts().stats
         la, pf, opener, open_shard, tracker = self._sync_reader(batches)
-        opener.map_limit = batch_mod.MAP_LIMIT
         multi = bool(stats.stream_samples)
         layouts = BatchLayouts(self.catalog)
         # past the batches _ranged may read by ranges (and the first, which may take a lead

@@ -17,14 +17,6 @@ where it was: only the ``keep_open`` most recently read shards keep their touche
 mapped; an older one has them unmapped (``madvise``; the page cache keeps them) and faults
 them back in if it is read again.
 
-Column batches may also bound the mapped shards themselves (``ShardOpener.map_limit``, from
-``runtime/batch.MAP_LIMIT``; None by default): a shard opened while the open shards read
-through the map already hold that many bytes is marked ``by_copy``; its values are then read
-with ``preadv`` and the pages its table build touched are unmapped, so an order that reads
-every shard all epoch long (py1e at the reference's block) keeps at most the limit mapped. The
-mark holds until the shard is closed; only mapped shards count against the limit. It costs a
-syscall per value of those shards (see benchmarks/results/2026-12-02-pss).
-
 With a ``cache_limit``, an open shard is pinned (a shared flock, see ``cache.py``) and the
 consumer holds **at most one** pin: it drops every other shard before it opens a new one (the
 LRU stays at one shard and never grows). A consumer that waits for room therefore holds
@@ -80,9 +72,7 @@ class OpenShard:
     re-opening a shard -- which a pinning consumer does every batch -- costs one ``mmap``.
     """
 
-    __slots__ = (
-        "_arrays", "_drop", "_fd", "_mm", "_mv", "_off", "_path", "_pin", "by_copy", "decode",
-    )  # fmt: skip
+    __slots__ = ("_arrays", "_drop", "_fd", "_mm", "_mv", "_off", "_path", "_pin", "decode")
 
     def __init__(
         self, path: str, offsets: list[int], decoder: SampleDecoder | SplitDecoder
@@ -99,9 +89,6 @@ class OpenShard:
         self._path = path
         self._fd = -1
         self._drop = False  # unmap samples' pages once decoded (see ShardOpener.drop_read)
-        # past the opener's map_limit: the columnar decoder reads this shard's values with
-        # preadv and unmaps the pages its table build touched (runtime/batch.locate_batch)
-        self.by_copy = False
         self.decode = decoder.decode
 
     def buffer(self) -> Any:
@@ -326,10 +313,6 @@ class ShardOpener:
         self.max_open = max(self._base, min(max_open, _nofile() // 4))
         self.max_open_bytes = max_open_bytes
         self._open_bytes = 0
-        # None, or the bytes of open MDS shards the columnar path reads through the map; a
-        # shard opened past it is read by copy (OpenShard.by_copy). Set by Engine.iter_columns.
-        self.map_limit: int | None = None
-        self._mapped = 0
         self._closed: OrderedDict[int, None] = OrderedDict()  # recently closed by the LRU
         self._hot: OrderedDict[int, None] = OrderedDict()  # the _base most recently read
         self._open: OrderedDict[int, OpenShard] = OrderedDict()
@@ -427,19 +410,7 @@ class ShardOpener:
             self._pin_note(h, -1)
             h.close()
         self._open_bytes = 0
-        self._mapped = 0
         self._hot.clear()
-
-    def _by_map(self, s: int, h: OpenShard, delta: int) -> None:
-        """Count shard ``s`` (opened: +1, closed: -1) against ``map_limit``; at opening, one
-        that would pass it is marked to be read by copy instead (and not counted)."""
-        if self.map_limit is None or not isinstance(h, OpenShard):
-            return
-        size = self.catalog.shards[s].files.raw_size
-        if delta > 0 and self._mapped + size > self.map_limit:
-            h.by_copy = True
-        elif not h.by_copy:
-            self._mapped += delta * size
 
     def _evict(self) -> None:
         """Close least recently used shards down to the limits; remember what was closed."""
@@ -449,7 +420,6 @@ class ShardOpener:
             s, old = self._open.popitem(last=False)
             self._hot.pop(s, None)
             self._open_bytes -= self.catalog.shards[s].files.raw_size
-            self._by_map(s, old, -1)
             self._pin_note(old, -1)
             old.close()
             if not self.pinning:
@@ -525,7 +495,6 @@ class ShardOpener:
             self.keep_open += 1  # closed too early: the working set is larger than the LRU
         self._open[s] = h
         self._open_bytes += files.raw_size
-        self._by_map(s, h, 1)
         if not self.pinning:
             self._touch(s)
         self._evict()
