@@ -31,7 +31,8 @@ announced by worker ``w`` first for workers ``0..w-1``'s first batches, then for
 A prefetch never queues behind another process's download of a shard (``fetch.py``), so the
 workers split those shards between them. Only with no ``cache_limit`` and no explicit
 ``predownload`` (the downloads are then bounded by nothing but the plan anyway: every shard is
-fetched once per node) and at the start of an iteration (not a resumed one).
+fetched once per node), and not when a worker resumes from its own saved state (a loader that
+resumes at a sample starts its workers' iterations there, and they share from there).
 """
 
 from __future__ import annotations
@@ -255,8 +256,8 @@ class Engine:
         """The next iteration of DataLoader worker ``worker`` (> 0) announces the whole shards
         of workers ``0..worker-1``'s first batches before its own (see the module's docstring):
         those not complete in the cache and not read by ranges, in the order the loader hands
-        the batches out. Nothing for worker 0, a resumed iteration, a ``cache_limit`` or an
-        explicit ``predownload``."""
+        the batches out. Nothing for worker 0, a worker resuming its own saved state (``skip``), a
+        ``cache_limit`` or an explicit ``predownload``."""
         self._first_of_others = []
         if worker <= 0 or skip or self.cache_limit is not None or self.ahead_fixed:
             return
