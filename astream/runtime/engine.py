@@ -267,11 +267,13 @@ class Engine:
             if first is None:
                 continue
             for s, _positions, _locals in batch_groups(first, self.catalog):
-                if s in seen or self.catalog.shards[s].remote is None or self._rangeable(s):
+                if s in seen:
                     continue
                 seen.add(s)
-                files = self.catalog.shards[s].files
-                if not is_complete(files.raw_path, files.raw_size):
+                shard = self.catalog.shards[s]
+                if shard.remote is None or is_complete(shard.files.raw_path, shard.files.raw_size):
+                    continue
+                if not self._rangeable(s):
                     self._first_of_others.append(s)
 
     def _want_first_of_others(self, pf: Prefetcher) -> None:
