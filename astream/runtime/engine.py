@@ -725,14 +725,24 @@ class Engine:
         not complete in the cache, and its samples can be addressed and trusted without the
         whole file: an uncompressed MDS shard with a remote, read without hash validation (a
         range cannot be checked against a whole-file hash, so a validating stream always waits
-        for its shards)."""
+        for its shards). A Parquet row group qualifies when its file has a page index for
+        every projected column (``runtime/parquet_range.py``: its rows are read by pages)."""
         shard = self.catalog.shards[s]
+        entry = self.catalog.entries[s]
+        if entry.format == "parquet":
+            return not (
+                shard.remote is None
+                or (shard.validate_hash or self.validate_hash) is not None
+                or shard.files.raw_size < self.range_min_bytes
+                or _page_layout(entry) is None
+                or is_complete(shard.files.raw_path, shard.files.raw_size)
+            )
         return not (
             shard.remote is None
             or shard.compression is not None
             or shard.ranges is not None
             or shard.meta is not None
-            or self.catalog.entries[s].format != "mds"
+            or entry.format != "mds"
             or (shard.validate_hash or self.validate_hash) is not None
             or shard.files.raw_size < self.range_min_bytes
             or is_complete(shard.files.raw_path, shard.files.raw_size)
@@ -800,7 +810,7 @@ class Engine:
         sent = [False] * len(per_worker)
         try:
             for w, wants in enumerate(per_worker):
-                got: dict[int, tuple[bytes, list[int], dict[int, int]]] | None = None
+                got: dict[int, tuple[Any, list[int] | None, dict[int, int]]] | None = None
                 try:
                     if wants:
                         got = await self._range_read(wants, sem, live)
@@ -839,10 +849,7 @@ class Engine:
         if payload is None or theirs != mine:
             return None
         parts = self._parts()
-        out = {
-            s: RangeShard(buf, compact, slot, parts.random.decoder(s))
-            for s, (buf, compact, slot) in payload.items()
-        }
+        out = self._range_shards(parts, payload)
         parts.range_samples += sum(len(r.slot) for r in out.values())
         return out
 
@@ -853,11 +860,25 @@ class Engine:
         ``_RANGE_GETS`` GETs at a time. The whole-shard downloads go on meanwhile."""
         parts = self._parts()
         got = await self._range_read(wants, asyncio.Semaphore(_RANGE_GETS))
-        out = {
-            s: RangeShard(buf, compact, slot, parts.random.decoder(s))
-            for s, (buf, compact, slot) in got.items()
-        }
+        out = self._range_shards(parts, got)
         parts.range_samples += sum(len(r.slot) for r in out.values())
+        return out
+
+    def _range_shards(self, parts: _ProcessParts, got: dict[int, Any]) -> dict[int, Any]:
+        """The range shards of :meth:`_range_read`'s bytes: an MDS shard's samples as they are,
+        a Parquet row group's pages decoded (a group whose pages do not decode on their own is
+        left out: it is read whole, by the path that checks it)."""
+        out: dict[int, Any] = {}
+        for s, (buf, compact, slot) in got.items():
+            if compact is not None:
+                out[s] = RangeShard(buf, compact, slot, parts.random.decoder(s))
+                continue
+            from astream.runtime.parquet_range import PageRows, decode_rows
+
+            entry = self.catalog.entries[s]
+            table = decode_rows(entry, buf, sorted(slot))  # type: ignore[arg-type]
+            if table is not None:
+                out[s] = PageRows(entry, table, slot)  # type: ignore[arg-type]
         return out
 
     async def _range_read(
@@ -865,7 +886,7 @@ class Engine:
         wants: list[tuple[int, list[int]]],
         sem: asyncio.Semaphore,
         live: list[bool] | None = None,
-    ) -> dict[int, tuple[bytes, list[int], dict[int, int]]]:
+    ) -> dict[int, tuple[Any, list[int] | None, dict[int, int]]]:
         """:meth:`_range_batch`'s reads, under ``sem``: per shard, the wanted samples back to
         back, their offsets in that buffer, and each sample's slot (``live``: see
         :meth:`lead_first`)."""
@@ -886,7 +907,44 @@ class Engine:
                 raise FormatError(f"range {a}-{b} came back with {len(data)} bytes", key)
             return data
 
-        async def one(s: int, locals_: list[int]) -> tuple[bytes, list[int], dict[int, int]]:
+        indexes: dict[tuple[str, tuple[int, int]], Any] = {}  # a file's offset indexes, once
+
+        async def pages(s: int, locals_: list[int]) -> tuple[Any, None, dict[int, int]]:
+            """A Parquet row group's wanted rows: the offset indexes, then the pages."""
+            from astream.runtime import parquet_range
+
+            shard = self.catalog.shards[s]
+            entry: Any = self.catalog.entries[s]
+            assert shard.remote is not None
+            store = self.stores.get(shard.remote)
+            span = parquet_range.index_span(entry)
+            assert span is not None  # _rangeable
+            key = (shard.raw_key, span)
+            task = indexes.get(key)
+            if task is None:
+                task = asyncio.ensure_future(get(store, shard.raw_key, *span, shard.remote))
+                indexes[key] = task
+            got: dict[tuple[int, int], bytes] = {span: await asyncio.shield(task)}
+            want = sorted(set(locals_))
+            ranges = parquet_range.page_ranges(entry, got, want)
+            if ranges is None:  # an offset index that does not parse: read the group whole
+                return {}, None, {}
+            runs: list[tuple[int, int]] = []
+            spans = entry.ranges()  # the projected chunks, merged: a GET never leaves one
+            for a, b in ranges:  # sorted: neighbours closer than _RANGE_GAP share a GET
+                if runs and a - runs[-1][1] < _RANGE_GAP and _within(spans, runs[-1][0], b):
+                    runs[-1] = (runs[-1][0], max(b, runs[-1][1]))
+                else:
+                    runs.append((a, b))
+            pieces = await asyncio.gather(
+                *(get(store, shard.raw_key, a, b, shard.remote) for a, b in runs)
+            )
+            got.update(zip(runs, pieces))
+            return got, None, {li: j for j, li in enumerate(want)}
+
+        async def one(s: int, locals_: list[int]) -> tuple[Any, list[int] | None, dict[int, int]]:
+            if self.catalog.entries[s].format == "parquet":
+                return await pages(s, locals_)
             shard = self.catalog.shards[s]
             assert shard.remote is not None
             store = self.stores.get(shard.remote)
@@ -1081,6 +1139,16 @@ def _compact(groups: Groups, ranged: dict[int, RangeShard]) -> BatchGroups:
     out.local = local
     out.which = groups.which if isinstance(groups, BatchGroups) else None
     return out
+
+
+def _within(spans: tuple[tuple[int, int], ...], a: int, b: int) -> bool:
+    return any(s <= a and b <= e for s, e in spans)
+
+
+def _page_layout(entry: Any) -> Any:
+    from astream.runtime.parquet_range import layout_of
+
+    return layout_of(entry)
 
 
 class _IterationOver(Exception):

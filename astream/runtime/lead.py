@@ -38,12 +38,14 @@ import pickle
 import threading
 import time
 from multiprocessing.connection import Connection, Pipe
+from typing import Any
 
 __all__ = ["LeadEnds", "open_pipes", "send"]
 
 Wants = list[tuple[int, list[int]]]
-# shard -> (compact buffer, its offsets from 0, shard sample -> place in the buffer)
-Payload = dict[int, tuple[bytes, list[int], dict[int, int]]]
+# shard -> (compact buffer, its offsets from 0, shard sample -> place in the buffer); for a
+# Parquet row group read by pages: ({object range: its bytes}, None, row -> place)
+Payload = dict[int, tuple[Any, list[int] | None, dict[int, int]]]
 
 _WRITERS: list[Connection] = []  # this process's write ends (closed in a forked child)
 _WAIT_S = 300.0  # at most this long for a message (the main process reads with retries)

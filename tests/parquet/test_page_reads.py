@@ -1,0 +1,287 @@
+"""A few rows of a row group read by pages through the file's page index
+(``core/parquet_pages.py``, ``runtime/parquet_range.py``): a one-page file decodes to exactly
+the rows of that page, and a cold iteration's first batches read pages (counted at the proxy)
+and yield the same samples, in the same order, as the same iteration reading whole row groups.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import struct
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from astream import StreamingDataLoader, StreamingDataset
+from astream.core import thrift
+from astream.core.parquet import merge_ranges
+from astream.core.parquet_pages import footer_struct, one_page_file, page_layout
+from astream.runtime.parquet_range import _levels, decode_rows, layout_of, page_ranges
+from astream.storage.sync import upload
+
+from .conftest import make_rows, same, table_of
+
+LAYOUT = [(120, 40), (90, 30), (60, 60)]  # (rows, rows per row group) per file
+PAGED = {"write_page_index": True, "data_page_size": 256, "write_batch_size": 4}
+
+
+def _write(root: str, paged: bool, **kw: Any) -> list[dict[str, Any]]:
+    os.makedirs(root, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for k, (n, rg) in enumerate(LAYOUT):
+        part = make_rows(len(rows), n)
+        opts = {**(PAGED if paged else {}), **kw}
+        path = os.path.join(root, f"part-{k}.parquet")
+        pq.write_table(table_of(part), path, row_group_size=rg, compression="zstd", **opts)
+        rows += part
+    return rows
+
+
+def _footer(buf: bytes) -> bytes:
+    n = struct.unpack("<I", buf[-8:-4])[0]
+    return buf[-8 - n : -8]
+
+
+def _normal(arr: Any) -> Any:
+    return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
+
+
+# -- the pages themselves ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+@pytest.mark.parametrize("dictionary", [True, False])
+def test_every_page_decodes_to_its_rows(version: str, dictionary: bool) -> None:
+    rows = make_rows(0, 150)
+    sink = io.BytesIO()
+    pq.write_table(table_of(rows), sink, row_group_size=50, data_page_version=version,
+                   use_dictionary=dictionary, compression="snappy", **PAGED)  # fmt: skip
+    buf = sink.getvalue()
+    foot = _footer(buf)
+    meta = footer_struct(foot)
+    assert thrift.encode(meta) == foot  # the codec keeps every field
+    whole = pq.ParquetFile(io.BytesIO(buf))
+    names = tuple(whole.schema_arrow.names)
+    pages = 0
+    for g in range(whole.num_row_groups):
+        ref = whole.read_row_group(g)
+        lay = page_layout(meta, g, names)
+        assert lay is not None and lay.rows == ref.num_rows
+        for c in lay.columns:
+            a, b = c.index_range
+            c.load(buf[a:b], lay.rows)
+            assert c.first_rows[0] == 0 and c.first_rows[-1] == lay.rows
+            for p in range(len(c.starts)):
+                a, b = c.page_range(p)
+                r0, r1 = c.page_rows(p)
+                d = c.dict_range
+                dic = buf[d[0] : d[1]] if d is not None and p < c.dict_pages else None
+                made = one_page_file(lay, c, dic, buf[a:b], r1 - r0)
+                assert made is not None
+                got = pq.read_table(pa.BufferReader(made[0])).column(0).combine_chunks()
+                got = _normal(got)
+                want = _normal(ref.column(c.name).slice(r0, r1 - r0).combine_chunks())
+                assert got.cast(want.type).equals(want), (g, c.name, p)
+                assert _levels(got) == made[1]  # the check decode_rows makes
+                pages += 1
+            assert (c.dict_range is not None) == dictionary
+    assert pages >= 2 * 3 * len(names)  # pages per column chunk: 2 or more on average
+
+
+def test_dictionary_page_needed_but_missing_is_refused() -> None:
+    sink = io.BytesIO()
+    pq.write_table(table_of(make_rows(0, 40)), sink, **PAGED)
+    buf = sink.getvalue()
+    meta = footer_struct(_footer(buf))
+    lay = page_layout(meta, 0, ("txt",))
+    assert lay is not None
+    c = lay.columns[0]
+    c.load(buf[c.index_range[0] : c.index_range[1]], lay.rows)
+    assert c.dict_pages > 0
+    a, b = c.page_range(0)
+    assert one_page_file(lay, c, None, buf[a:b], c.first_rows[1]) is None
+
+
+def test_no_page_index_or_bad_footer() -> None:
+    sink = io.BytesIO()
+    pq.write_table(table_of(make_rows(0, 40)), sink)
+    foot = _footer(sink.getvalue())
+    assert page_layout(footer_struct(foot), 0, ("label",)) is None  # no offset index
+    for bad in (foot[:-3], foot[: len(foot) // 2], b"\x19\xff\xff\xff\xff\x0f" + foot):
+        with pytest.raises(ValueError):
+            footer_struct(bad)
+
+
+def test_decode_rows_any_subset(tmp_path: Any) -> None:
+    """``decode_rows`` over random subsets of a row group's rows equals those rows of the
+    whole row group, through the engine's own entry (the projection included)."""
+    root = str(tmp_path / "t")
+    _write(root, paged=True)
+    ds = StreamingDataset(local=root, format="parquet", columns=["label", "tok", "nest", "txt"])
+    rnd = random.Random(5)
+    cat = ds.engine.catalog
+    for s, entry in enumerate(cat.entries):
+        lay = layout_of(entry)
+        assert lay is not None
+        path = os.path.join(root, entry.source.key)
+        with open(path, "rb") as f:
+            buf = f.read()
+        whole = pq.ParquetFile(path).read_row_group(entry.row_group, columns=list(entry.projection))
+        for _ in range(3):
+            rows = sorted(rnd.sample(range(entry.samples), rnd.randint(1, min(6, entry.samples))))
+            ranges = [c.index_range for c in lay.columns]
+            got = {r: buf[r[0] : r[1]] for r in ranges}
+            need = page_ranges(entry, got, rows)
+            assert need is not None
+            got.update({r: buf[r[0] : r[1]] for r in need})
+            table = decode_rows(entry, got, rows)
+            assert table is not None and table.column_names == list(entry.projection)
+            for name in entry.projection:
+                want = _normal(whole.column(name).combine_chunks()).take(rows)
+                assert table.column(name).combine_chunks().equals(want), (s, name, rows)
+            drop = next(r for r in need if r not in ranges)  # a page missing: no rows
+            assert decode_rows(entry, {k: v for k, v in got.items() if k != drop}, rows) is None
+
+
+# -- a cold iteration over S3 ---------------------------------------------------------------
+
+
+def _chunk_ranges(root: str, columns: list[str] | None) -> dict[str, set[tuple[int, int]]]:
+    """Per file, the byte ranges of its (projected) column chunks, as a whole-group fetch
+    asks for them."""
+    out: dict[str, set[tuple[int, int]]] = {}
+    for name in os.listdir(root):
+        md = pq.ParquetFile(os.path.join(root, name)).metadata
+        got = out.setdefault(name, set())
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            for k in range(rg.num_columns):
+                col = rg.column(k)
+                if columns is not None and col.path_in_schema.split(".")[0] not in columns:
+                    continue
+                start = col.dictionary_page_offset or col.data_page_offset
+                got.add((start, start + col.total_compressed_size))
+    return out
+
+
+def _small_gets(proxy: Any, root: str, columns: list[str] | None) -> list[tuple[str, str]]:
+    """GETs of the table's files that are not whole column chunks (a row group's fetch asks
+    for runs of them: from a chunk's start to a chunk's end) nor a footer (those end at the
+    file's last byte)."""
+    chunks = _chunk_ranges(root, columns)
+    sizes = {n: os.path.getsize(os.path.join(root, n)) for n in chunks}
+    out = []
+    for path, rng in proxy.stats.ranges:
+        name = path.rsplit("/", 1)[-1]
+        if name not in chunks or not rng.startswith("bytes="):
+            continue
+        a, b = (int(x) for x in rng[6:].split("-"))
+        if b == sizes[name] - 1:
+            continue  # a footer
+        starts = {s for s, _ in chunks[name]}
+        ends = {e for _, e in chunks[name]}
+        if a not in starts or b + 1 not in ends:
+            out.append((name, rng))
+    return out
+
+
+def _ds(url: str, cache: str, endpoint: str, first: int, **kw: Any) -> StreamingDataset:
+    ds = StreamingDataset(
+        remote=url, local=cache, format="parquet", shuffle=True, shuffle_seed=3, batch_size=8,
+        range_first_batches=first, storage_options={"endpoint_url": endpoint}, **kw,
+    )  # fmt: skip
+    ds.engine.range_min_bytes = 0  # small row groups here: read them by pages anyway
+    return ds
+
+
+@pytest.mark.parametrize("columns", [None, ["label", "tok"]])
+def test_first_batches_by_pages(
+    s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any, columns: list[str] | None
+) -> None:
+    root = str(tmp_path / "paged")
+    rows = _write(root, paged=True)
+    url = f"{s3_bucket}/pages-{uuid.uuid4().hex[:8]}"
+    upload(root, url)
+    proxy = make_proxy(s3_server.url)
+    off = list(_ds(url, str(tmp_path / "off"), proxy.url, 0, columns=columns))
+    assert _small_gets(proxy, root, columns) == []  # whole chunks only
+    proxy.reset_stats()
+    ds = _ds(url, str(tmp_path / "on"), proxy.url, 2, columns=columns)
+    on = list(ds)
+    assert ds.engine._parts().range_samples >= 8  # the first batch at least, by pages
+    small = _small_gets(proxy, root, columns)
+    assert small, "no page was read"
+    assert len(on) == len(off) == len(rows)
+    assert all(same(a, b) for a, b in zip(on, off))
+    keep = columns or list(rows[0])
+    want = sorted(({k: r[k] for k in keep} for r in rows), key=lambda r: r["label"])
+    assert all(same(a, b) for a, b in zip(sorted(on, key=lambda r: r["label"]), want))
+    # projected pages only: every small GET lies inside a projected column's chunk or before
+    # the footer (the offset indexes)
+    chunks = _chunk_ranges(root, columns)
+    others = _chunk_ranges(root, None)
+    for name, rng in small:
+        a, b = (int(x) for x in rng[6:].split("-"))
+        inside = any(s <= a and b < e for s, e in merge_ranges(list(chunks[name])))
+        past = a >= max(e for _, e in others[name])  # the page index, after every chunk
+        assert inside or past, (name, rng)
+
+
+@pytest.mark.parametrize("fmt", [None, "numpy"])
+def test_loader_two_workers_by_pages(
+    s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any, fmt: str | None
+) -> None:
+    """The main process reads each worker's first batch by pages and hands the bytes over
+    (``runtime/lead.py``); the workers decode them. Sample dicts and column batches."""
+    root = str(tmp_path / "paged")
+    rows = _write(root, paged=True)
+    url = f"{s3_bucket}/pages-{uuid.uuid4().hex[:8]}"
+    upload(root, url)
+    proxy = make_proxy(s3_server.url)
+    cols = ["label", "tok", "score"]
+
+    def run(first: int, tag: str) -> list[list[Any]]:
+        if fmt:  # column batches have no nulls: the columns without any
+            ds = _ds(url, str(tmp_path / tag), proxy.url, first, columns=["label", "score"])
+            ld = StreamingDataLoader(ds, batch_size=8, num_workers=2, batch_format=fmt)
+            return [[(int(x), float(y)) for x, y in zip(b["label"], b["score"])] for b in ld]
+        ds = _ds(url, str(tmp_path / tag), proxy.url, first, columns=cols)
+        ld = StreamingDataLoader(ds, batch_size=8, num_workers=2, collate_fn=_as_list)
+        out = []
+        for b in ld:
+            for sample in b:
+                want = {k: rows[sample["label"]][k] for k in cols}
+                assert same(sample, want), sample
+            out.append([(int(x["label"]), float(x["score"])) for x in b])
+        return out
+
+    off = run(0, "off")
+    assert _small_gets(proxy, root, cols) == []
+    proxy.reset_stats()
+    on = run(2, "on")
+    assert on == off
+    assert sorted(x for b in on for x in b) == [(r["label"], r["score"]) for r in rows]
+    assert _small_gets(proxy, root, cols)
+
+
+def _as_list(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return batch
+
+
+def test_no_page_index_reads_whole_groups(
+    s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any
+) -> None:
+    root = str(tmp_path / "plain")
+    _write(root, paged=False)
+    url = f"{s3_bucket}/plain-{uuid.uuid4().hex[:8]}"
+    upload(root, url)
+    proxy = make_proxy(s3_server.url)
+    ds = _ds(url, str(tmp_path / "c"), proxy.url, 2)
+    assert len(list(ds)) == sum(n for n, _ in LAYOUT)
+    assert ds.engine._parts().range_samples == 0
+    assert _small_gets(proxy, root, None) == []
