@@ -2,7 +2,7 @@
 and astream on the same data as MDS; and the footer-only index of many small files.
 
 Usage:  python -m benchmarks.bench_parquet [--scale 0.05] [--reps 3] [--workers 2]
-        [--latency-ms 20] [--bandwidth-mbps 0] [--index-files 10000] [--out DIR]
+        [--group-mb MB] [--page-index] [--latency-ms 20] [--bandwidth-mbps 0] [--index-files 10000] [--out DIR]
         [--peer-python /work/peervenv/bin/python] [--hf-python .bench/hf-venv/bin/python]
 
 Theory of operation
@@ -11,7 +11,8 @@ Data: the ``tokens`` and ``images`` workloads of benchmarks/workloads.py (same s
 seed) are written once as a Parquet table (``id`` int64, ``label`` int64, ``payload``
 ``list<uint16>`` for tokens or ``binary`` for images; pyarrow's default snappy; row groups of
 ``shard_bytes(scale)`` -- 64 MiB at scale 1, scaled down like every other benchmark's shards --
-four row groups per file) and as MDS by astream's writer with the same shard size. Both go to
+or ``--group-mb``; four row groups per file; with ``--page-index``, with the page index that
+Spark writes by default, whose offset index lets astream read a cold start's rows by pages) and as MDS by astream's writer with the same shard size. Both go to
 moto behind the shaping proxy (benchmarks/servers.py, benchmarks/proxy.py) with ``--latency-ms``
 per request and, with ``--bandwidth-mbps`` (MB/s; 0: unlimited), a cap on the bytes/s the
 proxy sends in all (a node's link, shared by its processes).
@@ -264,7 +265,9 @@ def _side_main(spec: dict[str, Any]) -> None:
 # -- the harness ------------------------------------------------------------------------------
 
 
-def write_parquet(source: Any, kind: str, out: Path, group_bytes: int) -> dict[str, Any]:
+def write_parquet(
+    source: Any, kind: str, out: Path, group_bytes: int, page_index: bool = False
+) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -286,9 +289,12 @@ def write_parquet(source: Any, kind: str, out: Path, group_bytes: int) -> dict[s
                 "payload": payload,
             }
         )
-        pq.write_table(table, out / f"part-{k:05d}.parquet", row_group_size=rows)
+        pq.write_table(
+            table, out / f"part-{k:05d}.parquet", row_group_size=rows, write_page_index=page_index
+        )
     size = sum(p.stat().st_size for p in out.glob("*.parquet"))
-    return {"rows_per_group": rows, "files": len(list(out.glob("*.parquet"))), "bytes": size}
+    files = len(list(out.glob("*.parquet")))
+    return {"rows_per_group": rows, "files": files, "bytes": size, "page_index": page_index}
 
 
 def write_mds(source: Any, kind: str, out: Path, shard: int) -> None:
@@ -334,6 +340,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--bandwidth-mbps", type=float, default=0.0)
+    ap.add_argument("--group-mb", type=float, default=0.0, help="row group target (0: scaled)")
+    ap.add_argument("--page-index", action="store_true", help="write the Parquet page index")
     ap.add_argument("--index-files", type=int, default=10_000)
     ap.add_argument("--workloads", default="tokens,images")
     ap.add_argument("--sides", default="astream-parquet,astream-mds,lit-parquet,hf-parquet")
@@ -368,12 +376,13 @@ def main() -> int:
     if "hf-parquet" in sides and not os.path.exists(a.hf_python):
         log(f"hf-parquet: no {a.hf_python}; skipped (reported n/a)")
         sides.remove("hf-parquet")
-    group = shard_bytes(a.scale)
+    group = int(a.group_mb * (1 << 20)) if a.group_mb else shard_bytes(a.scale)
     layout: dict[str, Any] = {
         "scale": a.scale,
         "row_group_target_bytes": group,
         "latency_ms": a.latency_ms,
         "bandwidth_mbps": a.bandwidth_mbps,
+        "page_index": a.page_index,
         "workers": a.workers,
         "batch": a.batch,
         "reps": a.reps,
@@ -386,10 +395,11 @@ def main() -> int:
         source = Source(src_dir, w.payload_kind)
         pq_dir, mds_dir = work / "pq" / wl, work / "mds" / wl
         done = work / "pq" / f"{wl}.json"  # beside the table, not uploaded with it
-        if not done.exists():
+        old = json.loads(done.read_text()) if done.exists() else {}
+        if old.get("page_index", False) != a.page_index or old.get("group") != group:
             shutil.rmtree(pq_dir, ignore_errors=True)
-            info = write_parquet(source, w.payload_kind, pq_dir, group)
-            done.write_text(json.dumps(info))
+            info = write_parquet(source, w.payload_kind, pq_dir, group, a.page_index)
+            done.write_text(json.dumps({**info, "group": group}))
         if not (mds_dir / "index.json").exists():
             write_mds(source, w.payload_kind, mds_dir, group)
         info = json.loads(done.read_text())

@@ -165,6 +165,9 @@ class Engine:
         # shards smaller than this are never read by range: one GET brings them whole about as
         # fast as a header GET and a data GET (tests lower it to read small shards by range)
         self.range_min_bytes = 1 << 20
+        # a Parquet row group's rows are read by pages only when those pages are at most this
+        # share of its fetched bytes (else they would cost about the group, then the group)
+        self.page_share = 0.25
         self._follow: _Follow | None = None  # the next iteration's place in the node
         # the pipes of a loader's workers' first batches, while they start (runtime/lead.py)
         self._lead: LeadEnds | None = None
@@ -928,6 +931,10 @@ class Engine:
             want = sorted(set(locals_))
             ranges = parquet_range.page_ranges(entry, got, want)
             if ranges is None:  # an offset index that does not parse: read the group whole
+                return {}, None, {}
+            if sum(b - a for a, b in ranges) > shard.files.raw_size * self.page_share:
+                # the rows lie on most of its pages: those would cost about the whole group,
+                # then the whole group again (its download starts after the first batches)
                 return {}, None, {}
             runs: list[tuple[int, int]] = []
             spans = entry.ranges()  # the projected chunks, merged: a GET never leaves one

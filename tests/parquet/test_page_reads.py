@@ -190,12 +190,15 @@ def _small_gets(proxy: Any, root: str, columns: list[str] | None) -> list[tuple[
     return out
 
 
-def _ds(url: str, cache: str, endpoint: str, first: int, **kw: Any) -> StreamingDataset:
+def _ds(
+    url: str, cache: str, endpoint: str, first: int, share: float = 1.0, **kw: Any
+) -> StreamingDataset:
     ds = StreamingDataset(
         remote=url, local=cache, format="parquet", shuffle=True, shuffle_seed=3, batch_size=8,
         range_first_batches=first, storage_options={"endpoint_url": endpoint}, **kw,
     )  # fmt: skip
     ds.engine.range_min_bytes = 0  # small row groups here: read them by pages anyway
+    ds.engine.page_share = share  # and a batch here reads many of a group's few pages
     return ds
 
 
@@ -271,6 +274,26 @@ def test_loader_two_workers_by_pages(
 
 def _as_list(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return batch
+
+
+def test_pages_worth_most_of_a_group_read_it_whole(
+    s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any
+) -> None:
+    """Rows spread over most of a row group's pages: the group is fetched whole instead
+    (``page_share``), the same samples come out."""
+    root = str(tmp_path / "paged")
+    rows = _write(root, paged=True)
+    url = f"{s3_bucket}/pages-{uuid.uuid4().hex[:8]}"
+    upload(root, url)
+    proxy = make_proxy(s3_server.url)
+    ds = _ds(url, str(tmp_path / "c"), proxy.url, 2, share=0.01)
+    got = sorted(int(s["label"]) for s in ds)
+    assert got == [r["label"] for r in rows]
+    assert ds.engine._parts().range_samples == 0
+    offsets = _small_gets(proxy, root, None)
+    # only the offset indexes were read (past every chunk), no page
+    ends = {n: max(e for _, e in c) for n, c in _chunk_ranges(root, None).items()}
+    assert offsets and all(int(r[6:].split("-")[0]) >= ends[n] for n, r in offsets)
 
 
 def test_no_page_index_reads_whole_groups(
