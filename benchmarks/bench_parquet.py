@@ -2,7 +2,8 @@
 and astream on the same data as MDS; and the footer-only index of many small files.
 
 Usage:  python -m benchmarks.bench_parquet [--scale 0.05] [--reps 3] [--workers 2]
-        [--group-mb MB] [--page-index] [--latency-ms 20] [--bandwidth-mbps 0] [--index-files 10000] [--out DIR]
+        [--group-mb MB] [--page-index] [--latency-ms 20] [--bandwidth-mbps 0]
+        [--index-files 10000] [--out DIR]
         [--peer-python /work/peervenv/bin/python] [--hf-python .bench/hf-venv/bin/python]
 
 Theory of operation
@@ -12,10 +13,11 @@ seed) are written once as a Parquet table (``id`` int64, ``label`` int64, ``payl
 ``list<uint16>`` for tokens or ``binary`` for images; pyarrow's default snappy; row groups of
 ``shard_bytes(scale)`` -- 64 MiB at scale 1, scaled down like every other benchmark's shards --
 or ``--group-mb``; four row groups per file; with ``--page-index``, with the page index that
-Spark writes by default, whose offset index lets astream read a cold start's rows by pages) and as MDS by astream's writer with the same shard size. Both go to
-moto behind the shaping proxy (benchmarks/servers.py, benchmarks/proxy.py) with ``--latency-ms``
-per request and, with ``--bandwidth-mbps`` (MB/s; 0: unlimited), a cap on the bytes/s the
-proxy sends in all (a node's link, shared by its processes).
+Spark writes by default, whose offset index lets astream read a cold start's rows by pages)
+and as MDS by astream's writer with the same shard size. Both go to moto behind the shaping
+proxy (benchmarks/servers.py, benchmarks/proxy.py) with ``--latency-ms`` per request and,
+with ``--bandwidth-mbps`` (MB/s; 0: unlimited), a cap on the bytes/s the proxy sends in all
+(a node's link, shared by its processes).
 
 The Hugging Face venv is made once by hand (``datasets`` conflicts with the peers' venv):
 ``python -m venv .bench/hf-venv && .bench/hf-venv/bin/pip install datasets s3fs torch==2.13.0``
