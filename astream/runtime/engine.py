@@ -912,8 +912,11 @@ class Engine:
 
         indexes: dict[tuple[str, tuple[int, int]], Any] = {}  # a file's offset indexes, once
 
-        async def pages(s: int, locals_: list[int]) -> tuple[Any, None, dict[int, int]]:
-            """A Parquet row group's wanted rows: the offset indexes, then the pages."""
+        async def page_plan(s: int, locals_: list[int]) -> tuple[Any, list[Any]] | None:
+            """A Parquet row group's offset indexes (fetched) and the GETs of the pages
+            holding ``locals_``; None when those pages are over ``page_share`` of the group
+            (they would cost about the whole group, then the group again: its download
+            starts after the first batches) or the index does not parse."""
             from astream.runtime import parquet_range
 
             shard = self.catalog.shards[s]
@@ -928,14 +931,11 @@ class Engine:
                 task = asyncio.ensure_future(get(store, shard.raw_key, *span, shard.remote))
                 indexes[key] = task
             got: dict[tuple[int, int], bytes] = {span: await asyncio.shield(task)}
-            want = sorted(set(locals_))
-            ranges = parquet_range.page_ranges(entry, got, want)
-            if ranges is None:  # an offset index that does not parse: read the group whole
-                return {}, None, {}
-            if sum(b - a for a, b in ranges) > shard.files.raw_size * self.page_share:
-                # the rows lie on most of its pages: those would cost about the whole group,
-                # then the whole group again (its download starts after the first batches)
-                return {}, None, {}
+            ranges = parquet_range.page_ranges(entry, got, sorted(set(locals_)))
+            if ranges is None or sum(b - a for a, b in ranges) > (
+                shard.files.raw_size * self.page_share
+            ):
+                return None
             runs: list[tuple[int, int]] = []
             spans = entry.ranges()  # the projected chunks, merged: a GET never leaves one
             for a, b in ranges:  # sorted: neighbours closer than _RANGE_GAP share a GET
@@ -943,15 +943,25 @@ class Engine:
                     runs[-1] = (runs[-1][0], max(b, runs[-1][1]))
                 else:
                     runs.append((a, b))
+            return got, runs
+
+        async def pages(
+            s: int, locals_: list[int], plan: tuple[Any, list[Any]] | None
+        ) -> tuple[Any, None, dict[int, int]]:
+            """A Parquet row group's wanted rows: its planned pages (none: read it whole)."""
+            if plan is None:
+                return {}, None, {}
+            shard = self.catalog.shards[s]
+            assert shard.remote is not None
+            store = self.stores.get(shard.remote)
+            got, runs = plan
             pieces = await asyncio.gather(
                 *(get(store, shard.raw_key, a, b, shard.remote) for a, b in runs)
             )
             got.update(zip(runs, pieces))
-            return got, None, {li: j for j, li in enumerate(want)}
+            return got, None, {li: j for j, li in enumerate(sorted(set(locals_)))}
 
         async def one(s: int, locals_: list[int]) -> tuple[Any, list[int] | None, dict[int, int]]:
-            if self.catalog.entries[s].format == "parquet":
-                return await pages(s, locals_)
             shard = self.catalog.shards[s]
             assert shard.remote is not None
             store = self.stores.get(shard.remote)
@@ -982,7 +992,20 @@ class Engine:
             slot = {li: j for j, li in enumerate(want)}
             return b"".join(chunks), compact, slot
 
-        shards = await asyncio.gather(*(one(s, locals_) for s, locals_ in wants))
+        cat = self.catalog
+        pq = [(s, locals_) for s, locals_ in wants if cat.entries[s].format == "parquet"]
+        plans = await asyncio.gather(*(page_plan(s, locals_) for s, locals_ in pq))
+        if any(p is None for p in plans):
+            # a row group of the batch is read whole: the batch waits for its download, which
+            # page reads of the others would only delay (downloads are held meanwhile)
+            plans = [None] * len(plans)
+        plan_of = {s: p for (s, _), p in zip(pq, plans)}
+        shards = await asyncio.gather(
+            *(
+                pages(s, locals_, plan_of[s]) if s in plan_of else one(s, locals_)
+                for s, locals_ in wants
+            )
+        )
         return {s: r for (s, _), r in zip(wants, shards)}
 
     async def _promoted(self, parts: _ProcessParts, s: int, li: int) -> dict[str, Any] | None:

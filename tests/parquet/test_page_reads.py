@@ -296,6 +296,39 @@ def test_pages_worth_most_of_a_group_read_it_whole(
     assert offsets and all(int(r[6:].split("-")[0]) >= ends[n] for n, r in offsets)
 
 
+def test_one_group_read_whole_reads_its_batch_whole(
+    s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any, monkeypatch: Any
+) -> None:
+    """When one row group of a batch is over ``page_share`` (made so here for the first one
+    planned), no row group of that batch is read by pages: the batch waits for that group's
+    download anyway, and page reads would only hold it back."""
+    from astream.runtime import parquet_range
+
+    root = str(tmp_path / "paged")
+    rows = _write(root, paged=True)
+    url = f"{s3_bucket}/pages-{uuid.uuid4().hex[:8]}"
+    upload(root, url)
+    proxy = make_proxy(s3_server.url)
+    real = parquet_range.page_ranges
+    planned: list[Any] = []
+
+    def ranges(entry: Any, got: Any, want: list[int]) -> Any:
+        out = real(entry, got, want)
+        planned.append(entry)
+        if entry is planned[0]:  # this one's pages are worth the whole group
+            out = [*out, (0, 1 << 40)]
+        return out
+
+    monkeypatch.setattr(parquet_range, "page_ranges", ranges)
+    ds = _ds(url, str(tmp_path / "c"), proxy.url, 1)
+    assert sorted(int(s["label"]) for s in ds) == [r["label"] for r in rows]
+    assert len({id(e) for e in planned}) > 1  # the batch had other row groups to read by pages
+    assert ds.engine._parts().range_samples == 0
+    ends = {n: max(e for _, e in c) for n, c in _chunk_ranges(root, None).items()}
+    small = _small_gets(proxy, root, None)
+    assert small and all(int(r[6:].split("-")[0]) >= ends[n] for n, r in small)  # indexes only
+
+
 def test_no_page_index_reads_whole_groups(
     s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any
 ) -> None:
