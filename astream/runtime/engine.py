@@ -22,6 +22,11 @@ bytes moved for a shard are then at most twice those of the better of the two pu
 each big shard -- never downloads a shard. A compressed shard is fetched whole through the
 cache, since its samples cannot be addressed inside the compressed bytes.
 
+The start of a cold iteration reads its first batches by ranges while whole shards download:
+an uncompressed MDS shard's wanted samples, or a Parquet row group's pages holding the wanted
+rows when its file has a page index (``runtime/parquet_range.py``; only when every row group
+of the batch needs at most ``page_share`` of its bytes that way).
+
 The first batches of a loader's workers, cold: the loader hands out worker 0's first batch,
 then worker 1's, and so on, and until then each worker would download only its own. Shards
 read by ranges are read by the main process in that order (``runtime/lead.py``); shards that
@@ -622,6 +627,10 @@ class Engine:
         shard = self.catalog.shards[s]
         if shard.compression is None and shard.remote is not None and shard.ranges is None:
             return bridge.run(self.aget_range(s, li))
+        if self.catalog.entries[s].format == "parquet" and self._rangeable(s):
+            got = bridge.run(self.aget_pages(s, li))
+            if got is not None:
+                return got
         h = opener.open(s, lambda s: bridge.run(self.download(s, True)))
         self.stats.samples += 1
         return h.sample(li)
@@ -634,6 +643,10 @@ class Engine:
             shard = self.catalog.shards[s]
             if shard.compression is None and shard.remote is not None and shard.ranges is None:
                 return await self.aget_range(s, li)
+            if self.catalog.entries[s].format == "parquet" and self._rangeable(s):
+                got = await self.aget_pages(s, li)
+                if got is not None:
+                    return got
             await self.download(s, True)
             h = opener.try_open(s)
             if h is None:
@@ -658,6 +671,23 @@ class Engine:
         self._maybe_promote(parts, s, spent + len(data))
         stats.samples += 1
         return opener.decoder(s).decode(memoryview(data))
+
+    async def aget_pages(self, s: int, li: int) -> dict[str, Any] | None:
+        """Row ``li`` of Parquet row group ``s`` read by its pages (the file's offset indexes
+        kept per process); None when it is not to be read so (the caller reads the group
+        whole). The bytes are counted toward the group's promotion, as for MDS ranges."""
+        parts = self._parts()
+        local = await self._promoted(parts, s, li)
+        if local is not None:
+            return local
+        got = await self._range_read([(s, [li])], asyncio.Semaphore(_RANGE_GETS))
+        r = self._range_shards(parts, got).get(s)
+        if r is None:
+            return None
+        self._maybe_promote(parts, s, sum(len(v) for v in got[s][0].values()))
+        parts.stats.samples += 1
+        out: dict[str, Any] = r.sample(li)
+        return out
 
     async def _range_offsets(self, parts: _ProcessParts, s: int) -> tuple[list[int], int]:
         """Shard ``s``'s sample offsets, read by range the first time (then kept for the
@@ -925,12 +955,17 @@ class Engine:
             store = self.stores.get(shard.remote)
             span = parquet_range.index_span(entry)
             assert span is not None  # _rangeable
-            key = (shard.raw_key, span)
-            task = indexes.get(key)
-            if task is None:
-                task = asyncio.ensure_future(get(store, shard.raw_key, *span, shard.remote))
-                indexes[key] = task
-            got: dict[tuple[int, int], bytes] = {span: await asyncio.shield(task)}
+            kept = parquet_range.kept_index(shard.url(), entry, span)
+            if kept is None:
+                key = (shard.raw_key, span)
+                task = indexes.get(key)
+                if task is None:
+                    task = asyncio.ensure_future(get(store, shard.raw_key, *span, shard.remote))
+                    indexes[key] = task
+                fetched: bytes = await asyncio.shield(task)
+                parquet_range.keep_index(shard.url(), entry, span, fetched)
+                kept = fetched
+            got: dict[tuple[int, int], bytes] = {span: kept}
             ranges = parquet_range.page_ranges(entry, got, sorted(set(locals_)))
             if ranges is None or sum(b - a for a, b in ranges) > (
                 shard.files.raw_size * self.page_share
@@ -938,8 +973,8 @@ class Engine:
                 return None
             runs: list[tuple[int, int]] = []
             spans = entry.ranges()  # the projected chunks, merged: a GET never leaves one
-            for a, b in ranges:  # sorted: neighbours closer than _RANGE_GAP share a GET
-                if runs and a - runs[-1][1] < _RANGE_GAP and _within(spans, runs[-1][0], b):
+            for a, b in ranges:  # sorted: neighbours closer than _PAGE_GAP share a GET
+                if runs and a - runs[-1][1] < _PAGE_GAP and _within(spans, runs[-1][0], b):
                     runs[-1] = (runs[-1][0], max(b, runs[-1][1]))
                 else:
                     runs.append((a, b))
@@ -1139,6 +1174,9 @@ class _Tracker:
 
 _RANGE_GAP = 1 << 20  # wanted samples closer than this in a shard are read by one GET
 _RANGE_GETS = 32  # ranged GETs at a time per batch
+# Parquet pages closer than this share a GET: pages are large, and a column's dictionary page
+# is far from the data page of a late row (a wide gap would fetch most of the group)
+_PAGE_GAP = 64 << 10
 
 
 def _first(ranged: dict[int, RangeShard], open_shard: Callable[[int], OpenShard]) -> Any:

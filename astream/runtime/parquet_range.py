@@ -6,7 +6,8 @@ for a Parquet row group whose file has a page index it is, per projected column,
 pages holding the wanted rows (and the dictionary page where one is needed), found through
 the column's offset index. The offset indexes of a file are read once per process, by one
 GET spanning those of every row group's projected columns when that span is small
-(:data:`SPAN_MAX`), else per row group.
+(:data:`SPAN_MAX`), else per row group, and kept (:func:`kept_index`). Random access
+(``Engine.aget_pages``) reads one row the same way.
 
 What crosses a process (the main process reads a DataLoader worker's first batch for it) is
 the fetched bytes, keyed by their object range (:func:`decode_rows` takes them); the worker
@@ -25,18 +26,18 @@ from typing import Any
 from astream.core.parquet import RowGroupShard
 from astream.core.parquet_pages import PageLayout, footer_struct, one_page_file, page_layout
 
-__all__ = ["PageRows", "decode_rows", "index_span", "layout_of"]
+__all__ = ["PageRows", "decode_rows", "index_span", "keep_index", "kept_index", "layout_of"]
 
 SPAN_MAX = 1 << 20  # a file's offset indexes spanning more are read per row group
 
-_metas: OrderedDict[tuple[str, int, str | None], Any] = OrderedDict()
+_metas: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _layouts: OrderedDict[tuple[Any, ...], PageLayout | None] = OrderedDict()
 
 
 def _meta(entry: RowGroupShard) -> Any:
     src = entry.source
     assert src is not None
-    key = src.identity()
+    key = (src.identity(), src.footer)  # the footer too: an identity without an ETag is weak
     if key in _metas:
         _metas.move_to_end(key)
         return _metas[key]
@@ -65,7 +66,7 @@ def layout_of(entry: RowGroupShard) -> PageLayout | None:
     cannot be read by pages. Kept per process."""
     src = entry.source
     assert src is not None
-    key = (src.identity(), entry.row_group, entry.projection)
+    key = (src.identity(), src.footer, entry.row_group, entry.projection)
     if key in _layouts:
         _layouts.move_to_end(key)
         return _layouts[key]
@@ -96,6 +97,29 @@ def index_span(entry: RowGroupShard) -> tuple[int, int] | None:
             every += [c.index_range for c in other.columns]
     span = (min(a for a, _ in every), max(b for _, b in every))
     return span if span[1] - span[0] <= SPAN_MAX else mine
+
+
+_indexes: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()  # fetched offset indexes
+
+
+def kept_index(url: str, entry: RowGroupShard, span: tuple[int, int]) -> bytes | None:
+    """The offset-index bytes ``span`` of the entry's file at ``url``, if this process fetched
+    them (keyed by the URL and the file's identity and footer)."""
+    src = entry.source
+    assert src is not None
+    key = (url, src.identity(), src.footer, span)
+    got = _indexes.get(key)
+    if got is not None:
+        _indexes.move_to_end(key)
+    return got
+
+
+def keep_index(url: str, entry: RowGroupShard, span: tuple[int, int], data: bytes) -> None:
+    src = entry.source
+    assert src is not None
+    _indexes[(url, src.identity(), src.footer, span)] = data
+    while len(_indexes) > 256:
+        _indexes.popitem(last=False)
 
 
 def _piece(got: dict[tuple[int, int], bytes], a: int, b: int) -> bytes | None:

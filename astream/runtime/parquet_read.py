@@ -140,11 +140,13 @@ class _ChunkFile(io.RawIOBase):
         return len(data)
 
 
-_metadata: OrderedDict[tuple[str, int, str | None], Any] = OrderedDict()
+_metadata: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 
 
 def _file_metadata(src: ParquetFile) -> Any:
-    key = src.identity()
+    # keyed by the footer too: two tables' files of one name and size on a store without
+    # ETags (local, some HTTP servers) have the same identity
+    key = (src.identity(), src.footer)
     md = _metadata.get(key)
     if md is None:
         import struct

@@ -6,6 +6,7 @@ and yield the same samples, in the same order, as the same iteration reading who
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import random
@@ -13,6 +14,7 @@ import struct
 import uuid
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -270,6 +272,56 @@ def test_loader_two_workers_by_pages(
     assert on == off
     assert sorted(x for b in on for x in b) == [(r["label"], r["score"]) for r in rows]
     assert _small_gets(proxy, root, cols)
+
+
+def _blob(i: int) -> bytes:
+    """2 KB that no codec shrinks."""
+    return np.random.default_rng(i).bytes(2048)
+
+
+def test_random_access_by_pages(
+    s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any
+) -> None:
+    """``ds[i]`` of a row group not in the cache reads the row's pages, not the group; each
+    file's offset indexes once per process. Rows of 2 KB in pages of ~4 KB, groups of 200
+    rows: six reads stay far below a group's size (no promotion to a whole fetch)."""
+    root = tmp_path / "wide"
+    root.mkdir()
+    for k in range(3):
+        ids = range(k * 400, k * 400 + 400)
+        t = pa.table({
+            "id": pa.array(ids, pa.int64()),
+            "blob": pa.array([_blob(i) for i in ids], pa.binary()),
+        })  # fmt: skip
+        pq.write_table(t, str(root / f"part-{k}.parquet"), row_group_size=200,
+                       write_page_index=True, data_page_size=4096, write_batch_size=2,
+                       use_dictionary=["id"])  # fmt: skip
+    url = f"{s3_bucket}/pages-{uuid.uuid4().hex[:8]}"
+    upload(str(root), url)
+    proxy = make_proxy(s3_server.url)
+    ds = _ds(url, str(tmp_path / "c"), proxy.url, 1)
+    proxy.reset_stats()
+    picks = [3, 250, 430, 799, 1100, 1001]  # two in each file
+    for i in picks:
+        got = ds[i]
+        assert got == {"id": i, "blob": _blob(i)}, i
+    ends = {n: max(e for _, e in c) for n, c in _chunk_ranges(str(root), None).items()}
+    gets = [(p.rsplit("/", 1)[-1], r) for p, r in proxy.stats.ranges]
+    spans = [(n, *(int(x) for x in r[6:].split("-"))) for n, r in gets]
+    index_gets = [g for g in spans if g[1] >= ends[g[0]]]
+    page_gets = [g for g in spans if g[1] < ends[g[0]]]
+    assert len(index_gets) == 3  # one per file: the second row of each file reuses it
+    # a row's pages (the id column's dictionary with them; pages within 64 KiB share a GET),
+    # never a row group: each group holds 200 rows of 2 KB (413 KB)
+    assert page_gets and all(b - a < 100_000 for _n, a, b in page_gets), page_gets
+    assert sum(b + 1 - a for _n, a, b in page_gets) < 6 * 200 * 2048 // 8
+    assert ds.engine._parts().stats.range_requests == len(gets)
+    proxy.reset_stats()
+    assert asyncio.run(ds.aget(610)) == {"id": 610, "blob": _blob(610)}
+    assert 0 < len(proxy.stats.ranges) <= 2  # its pages (file 1's offset indexes are kept)
+    assert all(
+        int(r.split("-")[1]) - int(r[6:].split("-")[0]) < 100_000 for _, r in proxy.stats.ranges
+    )
 
 
 def _as_list(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
