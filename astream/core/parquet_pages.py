@@ -92,7 +92,8 @@ class ColumnPages:
 
     @property
     def loaded(self) -> bool:
-        return bool(self.starts)
+        # first_rows is assigned last in load(): a thread that sees it sees the rest
+        return bool(self.first_rows)
 
     def load(self, index: bytes | memoryview, rows: int) -> None:
         """Parse the fetched OffsetIndex (``rows``: the row group's row count); ``ValueError``

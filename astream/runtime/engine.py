@@ -680,11 +680,15 @@ class Engine:
         local = await self._promoted(parts, s, li)
         if local is not None:
             return local
+        from astream.runtime.parquet_range import index_span
+
         got = await self._range_read([(s, [li])], asyncio.Semaphore(_RANGE_GETS))
         r = self._range_shards(parts, got).get(s)
         if r is None:
             return None
-        self._maybe_promote(parts, s, sum(len(v) for v in got[s][0].values()))
+        span = index_span(self.catalog.entries[s])  # type: ignore[arg-type]
+        spent = sum(len(v) for k, v in got[s][0].items() if k != span)  # the pages only
+        self._maybe_promote(parts, s, spent)
         parts.stats.samples += 1
         out: dict[str, Any] = r.sample(li)
         return out

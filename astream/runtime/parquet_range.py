@@ -20,6 +20,7 @@ and reports it.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -30,25 +31,38 @@ __all__ = ["PageRows", "decode_rows", "index_span", "keep_index", "kept_index", 
 
 SPAN_MAX = 1 << 20  # a file's offset indexes spanning more are read per row group
 
+# per process, used from the I/O loop thread and the consumer's: every access under _lock
+_lock = threading.Lock()
 _metas: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _layouts: OrderedDict[tuple[Any, ...], PageLayout | None] = OrderedDict()
+_spans: OrderedDict[tuple[Any, ...], tuple[int, int] | None] = OrderedDict()
+
+
+def _cached(cache: OrderedDict[Any, Any], key: Any, make: Any, limit: int) -> Any:
+    with _lock:
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+    value = make()  # outside the lock: it may take the lock itself (a layout needs the meta)
+    with _lock:
+        cache[key] = value
+        while len(cache) > limit:
+            cache.popitem(last=False)
+    return value
 
 
 def _meta(entry: RowGroupShard) -> Any:
     src = entry.source
     assert src is not None
-    key = (src.identity(), src.footer)  # the footer too: an identity without an ETag is weak
-    if key in _metas:
-        _metas.move_to_end(key)
-        return _metas[key]
-    try:
-        meta = footer_struct(src.footer)
-    except ValueError:
-        meta = None
-    _metas[key] = meta
-    while len(_metas) > 64:
-        _metas.popitem(last=False)
-    return meta
+
+    def make() -> Any:
+        try:
+            return footer_struct(src.footer)
+        except ValueError:
+            return None
+
+    # keyed by the footer too: an identity without an ETag is weak
+    return _cached(_metas, (src.identity(), src.footer), make, 64)
 
 
 def _fresh_layout(entry: RowGroupShard, row_group: int) -> PageLayout | None:
@@ -67,20 +81,24 @@ def layout_of(entry: RowGroupShard) -> PageLayout | None:
     src = entry.source
     assert src is not None
     key = (src.identity(), src.footer, entry.row_group, entry.projection)
-    if key in _layouts:
-        _layouts.move_to_end(key)
-        return _layouts[key]
-    lay = _fresh_layout(entry, entry.row_group)
-    _layouts[key] = lay
-    while len(_layouts) > 4096:
-        _layouts.popitem(last=False)
-    return lay
+    got: PageLayout | None = _cached(
+        _layouts, key, lambda: _fresh_layout(entry, entry.row_group), 4096
+    )
+    return got
 
 
 def index_span(entry: RowGroupShard) -> tuple[int, int] | None:
     """The object range to GET for this row group's offset indexes: those of every row group
     of the file for the projected columns when they lie within :data:`SPAN_MAX` of each other
-    (one GET per file), else this row group's own."""
+    (one GET per file), else this row group's own. Kept per process."""
+    src = entry.source
+    assert src is not None
+    key = (src.identity(), src.footer, entry.row_group, entry.projection)
+    got: tuple[int, int] | None = _cached(_spans, key, lambda: _index_span(entry), 4096)
+    return got
+
+
+def _index_span(entry: RowGroupShard) -> tuple[int, int] | None:
     lay = layout_of(entry)
     if lay is None:
         return None
@@ -108,18 +126,20 @@ def kept_index(url: str, entry: RowGroupShard, span: tuple[int, int]) -> bytes |
     src = entry.source
     assert src is not None
     key = (url, src.identity(), src.footer, span)
-    got = _indexes.get(key)
-    if got is not None:
-        _indexes.move_to_end(key)
+    with _lock:
+        got = _indexes.get(key)
+        if got is not None:
+            _indexes.move_to_end(key)
     return got
 
 
 def keep_index(url: str, entry: RowGroupShard, span: tuple[int, int], data: bytes) -> None:
     src = entry.source
     assert src is not None
-    _indexes[(url, src.identity(), src.footer, span)] = data
-    while len(_indexes) > 256:
-        _indexes.popitem(last=False)
+    with _lock:
+        _indexes[(url, src.identity(), src.footer, span)] = data
+        while len(_indexes) > 256:
+            _indexes.popitem(last=False)
 
 
 def _piece(got: dict[tuple[int, int], bytes], a: int, b: int) -> bytes | None:
