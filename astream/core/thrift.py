@@ -73,6 +73,8 @@ class _Reader:
         return out
 
     def value(self, t: int, depth: int) -> Any:
+        if depth > _MAX_DEPTH:
+            raise ValueError(f"thrift values nested deeper than {_MAX_DEPTH}")
         if t in (BOOL, FALSE):  # a boolean inside a list: one byte
             return self.byte() == BOOL
         if t == BYTE:

@@ -221,7 +221,7 @@ def decode_rows(entry: RowGroupShard, got: dict[tuple[int, int], bytes], rows: l
                 parts.append(arr.slice(r - start, 1))
             arrays.append(pa.concat_arrays(parts))
         return pa.Table.from_arrays(arrays, names=[c.name for c in lay.columns])
-    except (ValueError, OSError, KeyError, pa.ArrowException):
+    except (ValueError, OSError, KeyError, IndexError, pa.ArrowException):
         return None
 
 

@@ -114,7 +114,8 @@ def test_no_page_index_or_bad_footer() -> None:
     pq.write_table(table_of(make_rows(0, 40)), sink)
     foot = _footer(sink.getvalue())
     assert page_layout(footer_struct(foot), 0, ("label",)) is None  # no offset index
-    for bad in (foot[:-3], foot[: len(foot) // 2], b"\x19\xff\xff\xff\xff\x0f" + foot):
+    nested = b"\x19" * 5000  # a list of a list of a list...: never a RecursionError
+    for bad in (foot[:-3], foot[: len(foot) // 2], b"\x19\xff\xff\xff\xff\x0f" + foot, nested):
         with pytest.raises(ValueError):
             footer_struct(bad)
 
