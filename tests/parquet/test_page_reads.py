@@ -329,6 +329,29 @@ def _as_list(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return batch
 
 
+def test_aiter_by_pages(s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any) -> None:
+    """``aiter`` (the caller's own loop) reads its first batch by pages too."""
+    root = str(tmp_path / "paged")
+    rows = _write(root, paged=True)
+    url = f"{s3_bucket}/pages-{uuid.uuid4().hex[:8]}"
+    upload(root, url)
+    proxy = make_proxy(s3_server.url)
+    cols = ["label", "txt", "nest"]
+    off = list(_ds(url, str(tmp_path / "off"), proxy.url, 0, columns=cols))
+    proxy.reset_stats()
+    ds = _ds(url, str(tmp_path / "on"), proxy.url, 1, columns=cols)
+
+    async def go() -> list[dict[str, Any]]:
+        try:
+            return [x async for x in ds.aiter(io="loop")]
+        finally:
+            await ds.engine.aclose()
+
+    on = asyncio.run(go())
+    assert len(on) == len(off) == len(rows) and all(same(a, b) for a, b in zip(on, off))
+    assert ds.engine._parts().range_samples >= 8 and _small_gets(proxy, root, cols)
+
+
 def test_pages_worth_most_of_a_group_read_it_whole(
     s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any
 ) -> None:
