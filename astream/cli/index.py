@@ -61,24 +61,29 @@ def read_table(url: str, split: str | None = None, *, write: bool = False) -> Pa
 
 
 def describe_table(table: ParquetTable) -> dict[str, Any]:
+    from astream.core.parquet_pages import has_page_index
+
+    paged = [has_page_index(f.footer) for f in table.files]
     return {
         "format": "parquet",
         "rows": table.rows,
         "files": len(table.files),
         "row_groups": sum(len(f.row_groups) for f in table.files),
         "bytes": sum(f.size for f in table.files),
+        "page_index_files": sum(paged),
         "schema": [{"name": n, "type": t} for n, t in table.schema()],
         "file_list": [
             {
                 "key": f.key,
                 "bytes": f.size,
                 "rows": f.rows,
+                "page_index": p,
                 "row_groups": [
                     {"rows": g.rows, "bytes": sum(e - s for c in g.chunks for s, e in c)}
                     for g in f.row_groups
                 ],
             }
-            for f in table.files
+            for f, p in zip(table.files, paged)
         ],
     }
 
@@ -88,6 +93,16 @@ def print_table(url: str, info: dict[str, Any], shown: int | None = 20) -> None:
     print(f"rows         {info['rows']} in {info['row_groups']} row groups, {info['files']} files")
     print(f"size         {human_bytes(info['bytes'])}")
     print("schema       " + ", ".join(f"{c['name']}: {c['type']}" for c in info["schema"]))
+    paged, files_n = info["page_index_files"], info["files"]
+    if paged == files_n:
+        print("page index   every file: a cold start and ds[i] read rows by pages")
+    elif paged:
+        print(f"page index   {paged} of {files_n} files (the others: whole row groups)")
+    else:
+        print(
+            "page index   none: a cold start reads whole row groups (a writer's page index, "
+            "e.g. pyarrow write_page_index=True, lets it read pages)"
+        )
     files = info["file_list"] if shown is None else info["file_list"][:shown]
     width = max([len(f["key"]) for f in files] + [4])
     print(f"{'file':<{width}}  {'row group':>9}  {'rows':>8}  {'chunk bytes':>12}")

@@ -35,7 +35,14 @@ from dataclasses import dataclass, field
 from astream.core import thrift
 from astream.core.thrift import BINARY, I32, I64, LIST, STRUCT, Struct
 
-__all__ = ["ColumnPages", "PageLayout", "footer_struct", "one_page_file", "page_layout"]
+__all__ = [
+    "ColumnPages",
+    "PageLayout",
+    "footer_struct",
+    "has_page_index",
+    "one_page_file",
+    "page_layout",
+]
 
 _DICT_ENCODINGS = (2, 8)  # PLAIN_DICTIONARY, RLE_DICTIONARY
 _DATA_PAGES = (0, 3)  # DATA_PAGE, DATA_PAGE_V2
@@ -222,6 +229,25 @@ def page_layout(meta: Struct, row_group: int, projection: tuple[str, ...]) -> Pa
         order = orders[k] if orders is not None and k < len(orders) else None
         cols.append(ColumnPages(name, schema[first:end], order, md, (int(at), int(at) + int(n))))
     return PageLayout(int(rg.get_value(3, 0)), cols, meta)
+
+
+def has_page_index(footer: bytes) -> bool:
+    """Whether every column chunk of every row group of this footer has an offset index (an
+    unparseable footer has none)."""
+    try:
+        meta = footer_struct(footer)
+    except ValueError:
+        return False
+    groups = meta.get_value(4)
+    if not groups or not groups[1]:
+        return False
+    for rg in groups[1]:
+        chunks = rg.get_value(1)
+        if not chunks or not chunks[1]:
+            return False
+        if any(cc.get_value(4) is None or not cc.get_value(5) for cc in chunks[1]):
+            return False
+    return True
 
 
 def page_values(page: bytes | memoryview) -> tuple[int, int, int, int | None]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import random
 import struct
@@ -417,3 +418,23 @@ def test_no_page_index_reads_whole_groups(
     assert len(list(ds)) == sum(n for n, _ in LAYOUT)
     assert ds.engine._parts().range_samples == 0
     assert _small_gets(proxy, root, None) == []
+
+
+def test_inspect_says_which_files_have_a_page_index(tmp_path: Any, capsys: Any) -> None:
+    from astream.cli import main as cli
+
+    paged, plain = str(tmp_path / "paged"), str(tmp_path / "plain")
+    _write(paged, paged=True)
+    _write(plain, paged=False)
+    os.replace(os.path.join(plain, "part-1.parquet"), os.path.join(paged, "part-9.parquet"))
+    assert cli(["inspect", paged, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["page_index_files"] == 3 and info["files"] == 4
+    assert {f["key"]: f["page_index"] for f in info["file_list"]} == {
+        "part-0.parquet": True, "part-1.parquet": True, "part-2.parquet": True,
+        "part-9.parquet": False,
+    }  # fmt: skip
+    assert cli(["inspect", paged]) == 0
+    assert "page index   3 of 4 files" in capsys.readouterr().out
+    assert cli(["inspect", plain]) == 0
+    assert "page index   none" in capsys.readouterr().out
