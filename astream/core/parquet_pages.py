@@ -61,22 +61,22 @@ def _subtrees(schema: list[Struct]) -> list[tuple[int, int, int]]:
     """Per top-level field: (first schema element, end element, number of leaves)."""
     out: list[tuple[int, int, int]] = []
 
-    def walk(i: int) -> tuple[int, int]:  # (end element, leaves) of the subtree at i
-        if i >= len(schema):
-            raise ValueError("schema ends inside a group")
+    def walk(i: int, depth: int) -> tuple[int, int]:  # (end element, leaves) of subtree i
+        if i >= len(schema) or depth > 64:
+            raise ValueError("schema ends inside a group, or nests past 64 levels")
         kids = int(schema[i].get_value(5, 0) or 0)
         if kids == 0:
             return i + 1, 1
         j, leaves = i + 1, 0
         for _ in range(kids):
-            j, n = walk(j)
+            j, n = walk(j, depth + 1)
             leaves += n
         return j, leaves
 
     root_kids = int(schema[0].get_value(5, 0) or 0)
     j = 1
     for _ in range(root_kids):
-        end, leaves = walk(j)
+        end, leaves = walk(j, 0)
         out.append((j, end, leaves))
         j = end
     return out
@@ -176,9 +176,6 @@ class PageLayout:
     columns: list[ColumnPages]
     meta: Struct = field(repr=False)
 
-    def index_ranges(self) -> list[tuple[int, int]]:
-        return [c.index_range for c in self.columns if not c.loaded]
-
     def ranges_for(self, rows: list[int]) -> list[tuple[int, int]]:
         """The byte ranges (sorted, distinct) holding ``rows`` of every projected column:
         each row's data page, and the dictionary page for dictionary-encoded ones."""
@@ -236,18 +233,18 @@ def has_page_index(footer: bytes) -> bool:
     unparseable footer has none)."""
     try:
         meta = footer_struct(footer)
-    except ValueError:
-        return False
-    groups = meta.get_value(4)
-    if not groups or not groups[1]:
-        return False
-    for rg in groups[1]:
-        chunks = rg.get_value(1)
-        if not chunks or not chunks[1]:
+        groups = meta.get_value(4)
+        if not groups or not groups[1]:
             return False
-        if any(cc.get_value(4) is None or not cc.get_value(5) for cc in chunks[1]):
-            return False
-    return True
+        for rg in groups[1]:
+            chunks = rg.get_value(1)
+            if not chunks or not chunks[1]:
+                return False
+            if any(cc.get_value(4) is None or not cc.get_value(5) for cc in chunks[1]):
+                return False
+        return True
+    except (ValueError, TypeError, AttributeError, IndexError):  # a malformed footer
+        return False
 
 
 def page_values(page: bytes | memoryview) -> tuple[int, int, int, int | None]:

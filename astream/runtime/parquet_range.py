@@ -71,7 +71,7 @@ def _fresh_layout(entry: RowGroupShard, row_group: int) -> PageLayout | None:
         return None
     try:
         return page_layout(meta, row_group, entry.projection)
-    except ValueError:
+    except (ValueError, TypeError, AttributeError, IndexError):  # a malformed footer
         return None
 
 

@@ -121,6 +121,26 @@ def test_no_page_index_or_bad_footer() -> None:
             footer_struct(bad)
 
 
+def test_malformed_footers_are_no_page_index() -> None:
+    """Footers that parse as Thrift but not as Parquet never raise past the page code."""
+    from astream.core.parquet_pages import has_page_index
+    from astream.core.thrift import BINARY, I32, LIST, STRUCT, Struct
+
+    ints = Struct({2: (LIST, (I32, [1, 2])), 4: (LIST, (I32, [3]))})  # lists of the wrong type
+    assert has_page_index(thrift.encode(ints)) is False
+    link = Struct({4: (BINARY, b"g"), 5: (I32, 1)})  # a group of one child, 2,000 deep
+    chain = [
+        Struct({4: (BINARY, b"root"), 5: (I32, 1)}),
+        *[link] * 2000,
+        Struct({4: (BINARY, b"x")}),
+    ]
+    deep = Struct(
+        {2: (LIST, (STRUCT, chain)), 4: (LIST, (STRUCT, [Struct({1: (LIST, (STRUCT, []))})]))}
+    )
+    with pytest.raises(ValueError, match="nests past 64 levels"):
+        page_layout(footer_struct(thrift.encode(deep)), 0, ("g",))
+
+
 def test_decode_rows_any_subset(tmp_path: Any) -> None:
     """``decode_rows`` over random subsets of a row group's rows equals those rows of the
     whole row group, through the engine's own entry (the projection included)."""
