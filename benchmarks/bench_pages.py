@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -161,6 +162,8 @@ def main() -> int:
                     }  # fmt: skip
                     log(json.dumps(r))
                     records.append(r)
+                    del ld, ds
+                    shutil.rmtree(cache, ignore_errors=True)  # runs leave no cache behind
     finally:
         proxy.stop()
         srv.stop()
