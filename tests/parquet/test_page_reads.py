@@ -214,6 +214,18 @@ def _small_gets(proxy: Any, root: str, columns: list[str] | None) -> list[tuple[
     return out
 
 
+def _served(
+    tmp_path: Any, bucket: str, server: Any, make_proxy: Any, paged: bool
+) -> tuple[str, list[dict[str, Any]], str, Any]:
+    """The test table written (with or without a page index), uploaded under a fresh prefix,
+    and a proxy in front of the server: (root, rows, url, proxy)."""
+    root = str(tmp_path / ("paged" if paged else "plain"))
+    rows = _write(root, paged=paged)
+    url = f"{bucket}/pages-{uuid.uuid4().hex[:8]}"
+    upload(root, url)
+    return root, rows, url, make_proxy(server.url)
+
+
 def _ds(
     url: str, cache: str, endpoint: str, first: int, share: float = 1.0, **kw: Any
 ) -> StreamingDataset:
@@ -230,11 +242,7 @@ def _ds(
 def test_first_batches_by_pages(
     s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any, columns: list[str] | None
 ) -> None:
-    root = str(tmp_path / "paged")
-    rows = _write(root, paged=True)
-    url = f"{s3_bucket}/pages-{uuid.uuid4().hex[:8]}"
-    upload(root, url)
-    proxy = make_proxy(s3_server.url)
+    root, rows, url, proxy = _served(tmp_path, s3_bucket, s3_server, make_proxy, paged=True)
     off = list(_ds(url, str(tmp_path / "off"), proxy.url, 0, columns=columns))
     assert _small_gets(proxy, root, columns) == []  # whole chunks only
     proxy.reset_stats()
@@ -265,11 +273,7 @@ def test_loader_two_workers_by_pages(
 ) -> None:
     """The main process reads each worker's first batch by pages and hands the bytes over
     (``runtime/lead.py``); the workers decode them. Sample dicts and column batches."""
-    root = str(tmp_path / "paged")
-    rows = _write(root, paged=True)
-    url = f"{s3_bucket}/pages-{uuid.uuid4().hex[:8]}"
-    upload(root, url)
-    proxy = make_proxy(s3_server.url)
+    root, rows, url, proxy = _served(tmp_path, s3_bucket, s3_server, make_proxy, paged=True)
     cols = ["label", "tok", "score"]
 
     def run(first: int, tag: str) -> list[list[Any]]:
@@ -352,11 +356,7 @@ def _as_list(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def test_aiter_by_pages(s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any) -> None:
     """``aiter`` (the caller's own loop) reads its first batch by pages too."""
-    root = str(tmp_path / "paged")
-    rows = _write(root, paged=True)
-    url = f"{s3_bucket}/pages-{uuid.uuid4().hex[:8]}"
-    upload(root, url)
-    proxy = make_proxy(s3_server.url)
+    root, rows, url, proxy = _served(tmp_path, s3_bucket, s3_server, make_proxy, paged=True)
     cols = ["label", "txt", "nest"]
     off = list(_ds(url, str(tmp_path / "off"), proxy.url, 0, columns=cols))
     proxy.reset_stats()
@@ -378,11 +378,7 @@ def test_pages_worth_most_of_a_group_read_it_whole(
 ) -> None:
     """Rows spread over most of a row group's pages: the group is fetched whole instead
     (``page_share``), the same samples come out."""
-    root = str(tmp_path / "paged")
-    rows = _write(root, paged=True)
-    url = f"{s3_bucket}/pages-{uuid.uuid4().hex[:8]}"
-    upload(root, url)
-    proxy = make_proxy(s3_server.url)
+    root, rows, url, proxy = _served(tmp_path, s3_bucket, s3_server, make_proxy, paged=True)
     ds = _ds(url, str(tmp_path / "c"), proxy.url, 2, share=0.01)
     got = sorted(int(s["label"]) for s in ds)
     assert got == [r["label"] for r in rows]
@@ -401,11 +397,7 @@ def test_one_group_read_whole_reads_its_batch_whole(
     download anyway, and page reads would only hold it back."""
     from astream.runtime import parquet_range
 
-    root = str(tmp_path / "paged")
-    rows = _write(root, paged=True)
-    url = f"{s3_bucket}/pages-{uuid.uuid4().hex[:8]}"
-    upload(root, url)
-    proxy = make_proxy(s3_server.url)
+    root, rows, url, proxy = _served(tmp_path, s3_bucket, s3_server, make_proxy, paged=True)
     real = parquet_range.page_ranges
     planned: list[Any] = []
 
@@ -429,11 +421,7 @@ def test_one_group_read_whole_reads_its_batch_whole(
 def test_no_page_index_reads_whole_groups(
     s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any
 ) -> None:
-    root = str(tmp_path / "plain")
-    _write(root, paged=False)
-    url = f"{s3_bucket}/plain-{uuid.uuid4().hex[:8]}"
-    upload(root, url)
-    proxy = make_proxy(s3_server.url)
+    root, _rows, url, proxy = _served(tmp_path, s3_bucket, s3_server, make_proxy, paged=False)
     ds = _ds(url, str(tmp_path / "c"), proxy.url, 2)
     assert len(list(ds)) == sum(n for n, _ in LAYOUT)
     assert ds.engine._parts().range_samples == 0
