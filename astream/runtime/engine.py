@@ -65,7 +65,7 @@ from astream.runtime.batch import BatchLayouts, locate_batch
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
 from astream.runtime.clocks import NodeClocks
-from astream.runtime.fetch import ShardFetcher, is_complete
+from astream.runtime.fetch import RemoteShard, ShardFetcher, is_complete
 from astream.runtime.lead import LeadEnds
 from astream.runtime.prefetch import FURTHER, Lookahead, Prefetcher
 from astream.runtime.reader import (
@@ -665,7 +665,7 @@ class Engine:
         assert shard.remote is not None
         store = self.stores.get(shard.remote)
         offsets, spent = await self._range_offsets(parts, s)
-        data = await store.get_range(shard.raw_key, offsets[li], offsets[li + 1])
+        data = await store.get_range(shard.raw_key, offsets[li], offsets[li + 1], etag=shard.etag)
         stats.range_requests += 1
         stats.add_bytes(shard.remote, len(data))
         self._maybe_promote(parts, s, spent + len(data))
@@ -714,7 +714,8 @@ class Engine:
         store = self.stores.get(shard.remote)
         meta = shard.meta  # a split shard's offsets live in its meta file
         head_key = shard.raw_key if meta is None else meta.raw_key
-        head = await store.get_range(head_key, 0, header_size(entry.samples))
+        etag = shard.etag if meta is None else meta.etag
+        head = await store.get_range(head_key, 0, header_size(entry.samples), etag=etag)
         parts.stats.range_requests += 1
         parts.stats.add_bytes(shard.remote, len(head))
         first = None if meta is None else 0  # split offsets index the data file from 0
@@ -934,10 +935,14 @@ class Engine:
             if live is not None and not live[0]:
                 raise _IterationOver
 
-        async def get(store: Any, key: str, a: int, b: int, remote: str) -> bytes:
+        async def get(store: Any, shard: RemoteShard, a: int, b: int) -> bytes:
+            """Bytes ``[a, b)`` of ``shard``'s object, conditional on its indexed identity (a
+            Parquet file's: a rewritten file is an ObjectChangedError, as for whole reads,
+            never its new pages decoded with the old footer)."""
+            key, remote = shard.raw_key, shard.remote
             async with sem:
                 check()
-                data: bytes = await store.get_range(key, a, b)
+                data: bytes = await store.get_range(key, a, b, etag=shard.etag)
             stats.range_requests += 1
             stats.add_bytes(remote, len(data))
             if len(data) != b - a:
@@ -964,7 +969,7 @@ class Engine:
                 key = (shard.raw_key, span)
                 task = indexes.get(key)
                 if task is None:
-                    task = asyncio.ensure_future(get(store, shard.raw_key, *span, shard.remote))
+                    task = asyncio.ensure_future(get(store, shard, *span))
                     indexes[key] = task
                 fetched: bytes = await asyncio.shield(task)
                 parquet_range.keep_index(shard.url(), entry, span, fetched)
@@ -994,9 +999,7 @@ class Engine:
             assert shard.remote is not None
             store = self.stores.get(shard.remote)
             got, runs = plan
-            pieces = await asyncio.gather(
-                *(get(store, shard.raw_key, a, b, shard.remote) for a, b in runs)
-            )
+            pieces = await asyncio.gather(*(get(store, shard, a, b) for a, b in runs))
             got.update(zip(runs, pieces))
             return got, None, {li: j for j, li in enumerate(sorted(set(locals_)))}
 
@@ -1015,10 +1018,7 @@ class Engine:
                     runs.append((first, k - 1))
                     first = k
             pieces = await asyncio.gather(
-                *(
-                    get(store, shard.raw_key, offsets[want[a]], offsets[want[b] + 1], shard.remote)
-                    for a, b in runs
-                )
+                *(get(store, shard, offsets[want[a]], offsets[want[b] + 1]) for a, b in runs)
             )
             chunks: list[memoryview] = []
             compact = [0]

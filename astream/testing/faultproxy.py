@@ -56,6 +56,8 @@ class ProxyStats:
     faults: collections.Counter[str] = field(default_factory=collections.Counter)
     methods: collections.Counter[str] = field(default_factory=collections.Counter)
     ranges: list[tuple[str, str]] = field(default_factory=list)  # (path, Range header) of GETs
+    # (path, Range header, status) of the GETs the upstream answered
+    answered: list[tuple[str, str, int]] = field(default_factory=list)
 
     @property
     def total_requests(self) -> int:
@@ -203,6 +205,9 @@ class FaultProxy:
         async with self._session.request(
             request.method, url, headers=headers, data=body or None, allow_redirects=False
         ) as up:
+            if request.method == "GET":
+                with self._lock:
+                    self.stats.answered.append((path, request.headers.get("Range", ""), up.status))
             out_headers = {k: v for k, v in up.headers.items() if k.lower() not in _HOP}
             resp = web.StreamResponse(status=up.status, reason=up.reason, headers=out_headers)
             if up.content_length is None and "Content-Length" not in out_headers:

@@ -446,3 +446,49 @@ def test_inspect_says_which_files_have_a_page_index(tmp_path: Any, capsys: Any) 
     assert "page index   3 of 4 files" in capsys.readouterr().out
     assert cli(["inspect", plain]) == 0
     assert "page index   none" in capsys.readouterr().out
+
+
+def test_rewritten_file_is_not_read_by_pages(
+    s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any
+) -> None:
+    """A file rewritten after the dataset was built (same size, one page's bytes changed):
+    page reads are conditional on the indexed identity as whole reads are, so the iteration
+    stops with ``ObjectChangedError`` naming it before any row of it, and ``ds[i]`` of one of
+    its rows is the same error -- never rows of the new object, decoded with the old index."""
+    from astream.errors import ObjectChangedError
+    from astream.storage.sync import upload_key
+
+    root, _rows, url, proxy = _served(tmp_path, s3_bucket, s3_server, make_proxy, paged=True)
+    ds = _ds(url, str(tmp_path / "c"), proxy.url, 1)
+    ds2 = _ds(url, str(tmp_path / "c2"), proxy.url, 1)  # both built before the rewrite
+    mine = range(120, 210)  # part-1's labels
+    ref = [s["label"] for s in _ds(url, str(tmp_path / "ref"), proxy.url, 1)]
+    assert any(x in mine for x in ref[:8])  # the first batch, read by pages, holds its rows
+    path = os.path.join(root, "part-1.parquet")
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    md = pq.ParquetFile(path).metadata.row_group(0).column(0)  # "label", plain int64
+    data[md.data_page_offset + md.total_compressed_size - 3] ^= 0xFF  # inside the page
+    new = tmp_path / "new" / "part-1.parquet"
+    new.parent.mkdir()
+    new.write_bytes(bytes(data))
+    upload_key(str(new), url, "part-1.parquet")
+    proxy.reset_stats()
+    labels: list[int] = []
+    with pytest.raises(ObjectChangedError, match="changed since the index was built") as ei:
+        for s in ds:
+            labels.append(s["label"])
+    assert ei.value.url is not None and ei.value.url.endswith("/part-1.parquet")
+    assert not any(x in mine for x in labels)
+    # the refusal came from a page GET: the offset indexes were kept from ``ref``'s reads of
+    # the same identity, so part-1's first GETs were pages inside its chunks, each refused
+    ends = max(e for _, e in _chunk_ranges(root, None)["part-1.parquet"])
+    pages = [
+        status
+        for p, rng, status in proxy.stats.answered
+        if p.endswith("/part-1.parquet") and int(rng[6:].split("-")[1]) < ends
+    ]
+    assert pages and set(pages) == {412}, proxy.stats.answered
+    with pytest.raises(ObjectChangedError, match=r"part-1\.parquet"):
+        ds2[150]
+    assert ds2[5]["label"] == 5  # the other files read as before
