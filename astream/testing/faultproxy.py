@@ -58,6 +58,8 @@ class ProxyStats:
     ranges: list[tuple[str, str]] = field(default_factory=list)  # (path, Range header) of GETs
     # (path, Range header, status) of the GETs the upstream answered
     answered: list[tuple[str, str, int]] = field(default_factory=list)
+    # (path, Range header, fault) of every request given a fault
+    faulted: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def total_requests(self) -> int:
@@ -185,6 +187,7 @@ class FaultProxy:
         if fault != "ok":
             with self._lock:
                 self.stats.faults[fault] += 1
+                self.stats.faulted.append((path, request.headers.get("Range", ""), fault))
         if self.latency:
             await asyncio.sleep(self.latency)
         body = await request.read()

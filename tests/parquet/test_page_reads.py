@@ -492,3 +492,32 @@ def test_rewritten_file_is_not_read_by_pages(
     with pytest.raises(ObjectChangedError, match=r"part-1\.parquet"):
         ds2[150]
     assert ds2[5]["label"] == 5  # the other files read as before
+
+
+def test_page_reads_through_faults_are_exact(
+    s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_path: Any
+) -> None:
+    """Page GETs that fail (503, a reset connection, a body cut short) are retried like any
+    read: the epoch is the clean one, sample for sample, and its first batch still came from
+    pages. The planned faults land on part-1's first GETs of the iteration, which are page
+    reads (the offset indexes come from a clean first pass in this process), and random
+    faults hit the rest."""
+    root, _rows, url, proxy = _served(tmp_path, s3_bucket, s3_server, make_proxy, paged=True)
+    clean = list(_ds(url, str(tmp_path / "clean"), proxy.url, 1))
+    ds = _ds(url, str(tmp_path / "faulty"), proxy.url, 1)
+    proxy.reset_stats()
+    proxy.plan("truncate", "reset", "503", "truncate", path="part-1.parquet")
+    proxy.configure(error_rate=0.1, reset_rate=0.05, truncate_rate=0.05)
+    got = list(ds)
+    proxy.configure(error_rate=0.0, reset_rate=0.0, truncate_rate=0.0)
+    assert len(got) == len(clean) and all(same(a, b) for a, b in zip(got, clean))
+    assert ds.engine._parts().range_samples >= 8
+    chunks = _chunk_ranges(root, None)["part-1.parquet"]
+    ends = max(e for _, e in chunks)
+    planned = [f for f in proxy.stats.faulted if f[0].endswith("/part-1.parquet")][:4]
+    assert [f[2] for f in planned] == ["truncate", "reset", "503", "truncate"]
+    for _p, rng, _f in planned:  # each a page GET: inside the chunks, not whole chunks
+        a, b = (int(x) for x in rng[6:].split("-"))
+        whole = a in {s for s, _ in chunks} and b + 1 in {e for _, e in chunks}
+        assert b < ends and not whole, rng
+    assert len(proxy.stats.faulted) > 4  # and random ones beside them
