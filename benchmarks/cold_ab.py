@@ -5,7 +5,8 @@
 
 Each tree is a checkout of astream (``git archive <commit> | tar -x -C DIR``). The dataset is
 written once with the current tree's writer, uploaded to moto behind the harness proxy at 0 ms
-(``benchmarks.servers.S3Emulator``), then every repetition runs each tree's
+(``benchmarks.servers.S3Emulator``; ``--backend gcs``: fake-gcs-server behind the same proxy,
+``GcsEmulator``), then every repetition runs each tree's
 ``benchmarks.runners.astream`` epoch scenario in turn (A B A B ...) with a fresh cache, exactly
 the spec ``benchmarks.run`` gives the cold case (2 DataLoader workers, batch 32, shuffled).
 While a run lasts, the CPU seconds of the runner, each of its DataLoader workers, moto and the
@@ -29,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from benchmarks.servers import S3Emulator
+from benchmarks.servers import GcsEmulator, S3Emulator
 from benchmarks.workloads import WORKLOADS, materialize, shard_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,6 +93,12 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/coldimg/work"))
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--num-workers", type=int, default=2)
+    ap.add_argument(
+        "--backend",
+        choices=("s3", "gcs"),
+        default="s3",
+        help="moto (the harness's) or fake-gcs-server, each behind the harness proxy at 0 ms",
+    )
     a = ap.parse_args()
     trees = dict(t.split("=", 1) for t in a.tree)
     work = a.work.resolve()
@@ -102,11 +109,18 @@ def main() -> None:
         AWS_DEFAULT_REGION="us-east-1",
     )
     records: list[dict[str, Any]] = []
-    with S3Emulator() as s3:
+    emulator = GcsEmulator() if a.backend == "gcs" else S3Emulator()
+    scheme = "gs" if a.backend == "gcs" else "s3"
+    with emulator as s3:
         from benchmarks.s3util import upload_dir
 
-        env.update(S3_ENDPOINT_URL=s3.endpoint, AWS_ENDPOINT_URL=s3.endpoint)
-        servers = {"moto": s3._procs[0].pid, "proxy": s3._procs[1].pid}
+        if isinstance(s3, GcsEmulator):
+            env.update(STORAGE_EMULATOR_HOST=s3.endpoint)
+            servers = {"gcs": s3.server_pid, "proxy": s3._procs[0].pid}
+            s3.create_bucket("bench")
+        else:
+            env.update(S3_ENDPOINT_URL=s3.endpoint, AWS_ENDPOINT_URL=s3.endpoint)
+            servers = {"moto": s3._procs[0].pid, "proxy": s3._procs[1].pid}
         for wl in a.workloads.split(","):
             w = WORKLOADS[wl]
             src = materialize(work / "sources", w, a.scale, 1234)
@@ -124,7 +138,12 @@ def main() -> None:
                     check=True,
                     capture_output=True,
                 )
-            upload_dir(s3.direct, "bench", f"astream/{wl}", data)
+            if isinstance(s3, GcsEmulator):
+                from astream.storage.sync import upload
+
+                upload(str(data), f"gs://bench/astream/{wl}", api_root=s3.direct)
+            else:
+                upload_dir(s3.direct, "bench", f"astream/{wl}", data)
             for rep in range(a.reps):
                 for name, tree in trees.items():
                     cache = work / "cache" / name / wl
@@ -141,7 +160,7 @@ def main() -> None:
                         "samples": w.samples(a.scale),
                         "shard_bytes": shard_bytes(a.scale),
                         "data": str(data),
-                        "remote": f"s3://bench/astream/{wl}",
+                        "remote": f"{scheme}://bench/astream/{wl}",
                         "cache": str(cache),
                         "proxy": s3.endpoint,
                     }
@@ -190,6 +209,7 @@ def main() -> None:
             summary[f"{wl}/{name}"]["ok"] = len(ok)
             summary[f"{wl}/{name}"]["runs"] = len(rs)
     meta = {"argv": sys.argv, "trees": trees, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    meta["backend"] = a.backend
     meta["cpus"] = os.cpu_count()
     (a.out / "results.json").write_text(
         json.dumps({"meta": meta, "summary": summary, "records": records}, indent=1)

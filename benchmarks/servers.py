@@ -82,6 +82,42 @@ class S3Emulator:
             return result
 
 
+class GcsEmulator(S3Emulator):
+    """fake-gcs-server (in memory) on 127.0.0.1 plus the same proxy: a second server for the
+    cold scenarios, to tell what the client costs from what moto (one Python process, ~8-10 ms
+    of CPU per request) costs. ``endpoint`` is the proxy (``STORAGE_EMULATOR_HOST``),
+    ``direct`` the server."""
+
+    def __enter__(self) -> GcsEmulator:
+        from astream.testing.servers import FakeGcsServer
+
+        self._gcs = FakeGcsServer().start()
+        self.direct = self._gcs.url
+        proxy, pport = _spawn(
+            ["-m", "benchmarks.proxy", "--upstream", self.direct, "--exit-with-parent"]
+        )
+        self._procs.append(proxy)
+        self.endpoint = f"http://127.0.0.1:{pport}"
+        return self
+
+    def __exit__(
+        self,
+        et: type[BaseException] | None,
+        e: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        super().__exit__(et, e, tb)
+        self._gcs.stop()
+
+    def create_bucket(self, name: str) -> None:
+        self._gcs.create_bucket(name)
+
+    @property
+    def server_pid(self) -> int:
+        assert self._gcs.proc is not None
+        return self._gcs.proc.pid
+
+
 def exit_with_parent() -> None:
     """In a server process: exit as soon as the parent's end of our stdin closes (the parent
     exited, even killed), so no emulator outlives the harness. A blocking read, no polling."""
