@@ -173,6 +173,9 @@ class Engine:
         # a Parquet row group's rows are read by pages only when those pages are at most this
         # share of its fetched bytes (else they would cost about the group, then the group)
         self.page_share = 0.25
+        # a batch reads MDS samples by ranges only when those ranges are estimated at most
+        # this share of the shards' bytes (see _ranges_pay)
+        self.range_share = 0.25
         self._follow: _Follow | None = None  # the next iteration's place in the node
         # the pipes of a loader's workers' first batches, while they start (runtime/lead.py)
         self._lead: LeadEnds | None = None
@@ -752,11 +755,41 @@ class Engine:
         starts again), and only shards :meth:`_rangeable` and not open here."""
         if la.batches_taken > self.range_first_batches:
             return []
-        return [
+        wants = [
             (s, locals_)
             for s, _positions, locals_ in groups
             if opener.cached(s) is None and self._rangeable(s)
         ]
+        return wants if self._ranges_pay(wants) else []
+
+    def _ranges_pay(self, wants: list[tuple[int, list[int]]]) -> bool:
+        """Whether reading ``wants`` by ranges saves enough bytes before the batch: the MDS
+        shards' ranges (wanted samples, neighbours under ``_RANGE_GAP`` apart in one GET, as
+        :meth:`_range_read` reads them) at most ``range_share`` of those shards' bytes. Else
+        the ranges would cost about what the whole shards cost, which their downloads then
+        read again: the batch waits for the downloads instead. Estimated from the index alone
+        (the same answer in every process, no GET): a shard's bytes spread evenly over its
+        samples. Parquet row groups have their own rule (``page_share``), on the fetched
+        offset indexes."""
+        entries = self.catalog.entries
+        ranged = whole = 0.0
+        for s, locals_ in wants:
+            entry = entries[s]
+            n = entry.samples
+            if entry.format != "mds" or n <= 0:
+                continue
+            head = header_size(n)
+            each = (entry.raw_data.bytes - head) / n
+            want = sorted(set(locals_))
+            first = want[0]
+            for k in range(1, len(want) + 1):
+                if k == len(want) or (want[k] - want[k - 1] - 1) * each >= _RANGE_GAP:
+                    ranged += (want[k - 1] + 1 - first) * each
+                    if k < len(want):
+                        first = want[k]
+            ranged += head  # its header, read first
+            whole += entry.raw_data.bytes
+        return ranged <= self.range_share * whole
 
     def _rangeable(self, s: int) -> bool:
         """Whether shard ``s`` may be read by ranges now: at least ``range_min_bytes`` (1 MiB),
@@ -822,11 +855,12 @@ class Engine:
         in a process with nothing open)."""
         if not self.range_first_batches:
             return []
-        return [
+        wants = [
             (s, [int(x) for x in locals_])
             for s, _positions, locals_ in batch_groups(ids, self.catalog)
             if self._rangeable(s)
         ]
+        return wants if self._ranges_pay(wants) else []
 
     async def lead_first(
         self,

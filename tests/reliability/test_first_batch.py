@@ -83,6 +83,7 @@ def dataset(remote: str, opts: dict[str, Any], local: str, first: int, **kw: Any
         **kw,
     )
     ds.engine.range_min_bytes = 0  # the shards here are small: read them by range anyway
+    ds.engine.range_share = 1.0  # and a batch here holds much of each shard it reads
     return ds
 
 
@@ -269,6 +270,40 @@ def test_hash_validation_skips_ranges(
     proxy.reset_stats()  # the same data without validation does read ranges (the control)
     it = iter(dataset(url, s3_opts(proxy), str(tmp_path / "d"), 8))
     assert pairs([next(it) for _ in range(16)]) == got[:16]
+    assert range_gets(proxy, sizes)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dense_batches_read_whole_shards(
+    s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any, workers: int
+) -> None:
+    """Unshuffled, a batch is a run of consecutive samples: its ranges would be most of its
+    shards, which their downloads then read again. At the default ``range_share`` such a batch
+    waits for the downloads instead, in the process that iterates and in the loader's main
+    process alike: not one range GET, every shard fetched once, each byte once. With the share
+    raised (the control), the same iteration reads its first batches by ranges."""
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+
+    def run(share: float, tag: str) -> list[int]:
+        ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / tag), 8, shuffle=False)
+        ds.engine.range_share = share
+        if workers:
+            ld = StreamingDataLoader(ds, batch_size=16, num_workers=workers)
+            return [int(x) for b in ld for x in b["id"]]
+        return [int(s["id"]) for s in ds]
+
+    proxy.reset_stats()
+    got = run(0.25, "dense")
+    assert got == list(range(N))
+    assert range_gets(proxy, sizes) == []
+    assert shard_gets(proxy, sizes) == len(sizes)
+    assert sum(proxy.stats.bytes[p] for p in proxy.stats.bytes if "shard." in p) == sum(
+        sizes.values()
+    )
+    check_cache(str(tmp_path / "dense"), sizes)
+    proxy.reset_stats()
+    assert run(1.0, "control") == got
     assert range_gets(proxy, sizes)
 
 
