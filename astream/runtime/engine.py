@@ -23,9 +23,11 @@ each big shard -- never downloads a shard. A compressed shard is fetched whole t
 cache, since its samples cannot be addressed inside the compressed bytes.
 
 The start of a cold iteration reads its first batches by ranges while whole shards download:
-an uncompressed MDS shard's wanted samples, or a Parquet row group's pages holding the wanted
-rows when its file has a page index (``runtime/parquet_range.py``; only when every row group
-of the batch needs at most ``page_share`` of its bytes that way).
+an uncompressed MDS shard's wanted samples (only when the batch's ranges are estimated at most
+``range_share`` of its shards' bytes: a dense batch waits for the downloads), or a Parquet row
+group's pages holding the wanted rows when its file has a page index
+(``runtime/parquet_range.py``; only when every row group of the batch needs at most
+``page_share`` of its bytes that way).
 
 The first batches of a loader's workers, cold: the loader hands out worker 0's first batch,
 then worker 1's, and so on, and until then each worker would download only its own. Shards
