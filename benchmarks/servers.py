@@ -51,13 +51,17 @@ class S3Emulator:
     def __enter__(self) -> S3Emulator:
         moto, mport = _spawn(["-m", "benchmarks.servers", "moto"])
         self._procs.append(moto)
-        self.direct = f"http://127.0.0.1:{mport}"
+        self._proxy_to(f"http://127.0.0.1:{mport}")
+        return self
+
+    def _proxy_to(self, direct: str) -> None:
+        """Start the shaping proxy in front of the server at ``direct``."""
+        self.direct = direct
         proxy, pport = _spawn(
-            ["-m", "benchmarks.proxy", "--upstream", self.direct, "--exit-with-parent"]
+            ["-m", "benchmarks.proxy", "--upstream", direct, "--exit-with-parent"]
         )
         self._procs.append(proxy)
         self.endpoint = f"http://127.0.0.1:{pport}"
-        return self
 
     def __exit__(
         self,
@@ -92,21 +96,11 @@ class GcsEmulator(S3Emulator):
         from astream.testing.servers import FakeGcsServer
 
         self._gcs = FakeGcsServer().start()
-        self.direct = self._gcs.url
-        proxy, pport = _spawn(
-            ["-m", "benchmarks.proxy", "--upstream", self.direct, "--exit-with-parent"]
-        )
-        self._procs.append(proxy)
-        self.endpoint = f"http://127.0.0.1:{pport}"
+        self._proxy_to(self._gcs.url)
         return self
 
-    def __exit__(
-        self,
-        et: type[BaseException] | None,
-        e: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        super().__exit__(et, e, tb)
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(None, None, None)
         self._gcs.stop()
 
     def create_bucket(self, name: str) -> None:
