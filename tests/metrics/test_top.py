@@ -61,6 +61,9 @@ def test_top_once_shows_running_job_and_ctrl_c(tmp_path, runtime_dir):
         live = subprocess.Popen(
             [*top, "--interval", "0.2"], env=_env(), text=True,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            # Ctrl-C's default, even when this suite runs with SIGINT ignored (a shell's
+            # background job): Python then never turns SIGINT into KeyboardInterrupt
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
         time.sleep(1.5)
         live.send_signal(signal.SIGINT)

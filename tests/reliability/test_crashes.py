@@ -108,6 +108,9 @@ def job(args: list[str], **kw: Any) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        # Ctrl-C's default, even when this suite runs with SIGINT ignored (a shell's background
+        # job): Python then never turns SIGINT into KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         **kw,
     )
 
