@@ -30,7 +30,7 @@ from typing import Any
 
 from astream.core.compression import decompress
 from astream.core.hashing import hexdigest
-from astream.errors import FormatError, IntegrityError, ObjectNotFoundError
+from astream.errors import FormatError, IntegrityError, ObjectChangedError, ObjectNotFoundError
 from astream.runtime.cache import TMP_MARK, CacheSpace, ShardFiles, disk_error
 from astream.runtime.locks import FileLock
 from astream.runtime.stats import Stats
@@ -296,12 +296,16 @@ class ShardFetcher:
 
             stream = getattr(store, "stream_range", None)
             url = store.url_for(key)
+            # no indexed identity (an MDS shard): every part, and every resumption of one,
+            # must come from the same version of the object as the first; the identities the
+            # server names are gathered here and compared once all parts are in
+            seen: list[str] | None = [] if shard.etag is None else None
 
             async def part(start: int, end: int, at: int) -> None:
                 async with sem:
                     if stream is None:  # a store without streaming: whole part, then write
                         if shard.etag is None:
-                            data = await store.get_range(key, start, end)
+                            data = await store.get_range(key, start, end, seen=seen)
                         else:
                             data = await store.get_range(key, start, end, etag=shard.etag)
                         got = len(data)
@@ -314,6 +318,7 @@ class ShardFetcher:
                             end,
                             _FileSink(fd, at, at + end - start, url),
                             etag=shard.etag,
+                            seen=seen,
                         )
                     self.stats.range_requests += 1
                     if got != end - start:
@@ -327,6 +332,15 @@ class ShardFetcher:
             if not parts:
                 return
             await _gather_all(*(part(s, e, at) for s, e, at in parts))
+            versions = sorted({x.strip('"') for x in seen or ()})
+            if len(versions) > 1:
+                raise ObjectChangedError(
+                    f"rewritten while it downloaded: its parts came from {len(versions)} "
+                    f"versions of the object ({', '.join(versions)}), so the file would mix "
+                    "them; its samples would no longer be the ones the index numbers: rewrite "
+                    "a dataset under a new prefix, never in place under a running job",
+                    url,
+                )
         finally:
             os.close(fd)
 

@@ -145,14 +145,19 @@ class AzureBackend:
     _ERRORS = (AzureError, aiohttp.ClientError, OSError, asyncio.TimeoutError)
 
     async def iter_range(
-        self, key: str, start: int, end: int | None, etag: str | None = None
+        self,
+        key: str,
+        start: int,
+        end: int | None,
+        etag: str | None = None,
+        seen: list[str] | None = None,
     ) -> AsyncIterator[bytes]:
         client = self._get()
         direct, session = self._direct, self._session
         inner = (
-            self._iter_direct(direct, session, key, start, end, etag)
+            self._iter_direct(direct, session, key, start, end, etag, seen)
             if direct is not None and session is not None
-            else self._iter_sdk(client, key, start, end, etag)
+            else self._iter_sdk(client, key, start, end, etag, seen)
         )
         try:
             async for chunk in inner:
@@ -168,6 +173,7 @@ class AzureBackend:
         start: int,
         end: int | None,
         etag: str | None,
+        seen: list[str] | None = None,
     ) -> AsyncIterator[bytes]:
         """``[start, end)`` of ``key`` by one GET on our session, signed without the SDK."""
         if end is not None and end <= start:
@@ -204,6 +210,8 @@ class AzureBackend:
                 # a server that ignored If-Match still names what it serves (a listing gives
                 # the ETag unquoted, a header quoted)
                 raise changed_error(self.url_for(key), etag)
+            if seen is not None and got:
+                seen.append(got)
             try:
                 async for chunk in resp.content.iter_chunked(CHUNK_SIZE):
                     yield chunk
@@ -213,7 +221,13 @@ class AzureBackend:
             resp.release()
 
     async def _iter_sdk(
-        self, client: ContainerClient, key: str, start: int, end: int | None, etag: str | None
+        self,
+        client: ContainerClient,
+        key: str,
+        start: int,
+        end: int | None,
+        etag: str | None,
+        seen: list[str] | None = None,
     ) -> AsyncIterator[bytes]:
         blob = client.get_blob_client(self._key(key))
         length = None if end is None else end - start
@@ -230,6 +244,9 @@ class AzureBackend:
             raise self._map(exc, key) from exc
         except self._ERRORS as exc:
             raise self._map(exc, key) from exc
+        named = getattr(dl.properties, "etag", None)
+        if seen is not None and named:
+            seen.append(named)
         chunks = dl.chunks()
         while True:
             try:

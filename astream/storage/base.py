@@ -41,10 +41,18 @@ class ObjectStore(Protocol):
         ...
 
     async def get_range(
-        self, key: str, start: int = 0, end: int | None = None, *, etag: str | None = None
+        self,
+        key: str,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        etag: str | None = None,
+        seen: list[str] | None = None,
     ) -> bytes:
         """Bytes ``[start, end)`` of ``key``. With ``etag`` (the identity ``list``/``head``
-        gave), only if the object still has it: else :class:`ObjectChangedError`."""
+        gave), only if the object still has it: else :class:`ObjectChangedError`. With
+        ``seen``, the identity the server names in each answer (retries included) is appended
+        to it."""
         ...
 
     async def get_to_file(self, key: str, path: str) -> int:

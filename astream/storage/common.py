@@ -59,11 +59,18 @@ class RawBackend(Protocol):
     def url_for(self, key: str) -> str: ...
 
     def iter_range(
-        self, key: str, start: int, end: int | None, etag: str | None = None
+        self,
+        key: str,
+        start: int,
+        end: int | None,
+        etag: str | None = None,
+        seen: list[str] | None = None,
     ) -> AsyncIterator[bytes]:
         """Chunks of bytes ``[start, end)``; nothing when ``start`` is past the end. With
         ``etag`` (what ``list``/``head`` gave as the object's identity), the read is
-        conditional on it and a rewritten object raises :func:`changed_error`."""
+        conditional on it and a rewritten object raises :func:`changed_error`. With ``seen``,
+        the identity the server names in its answer (as ``list``/``head`` give it) is
+        appended to it before the first chunk, when it names one."""
         ...
 
     async def head(self, key: str) -> ObjectInfo: ...

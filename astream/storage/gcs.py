@@ -92,7 +92,12 @@ class GcsBackend:
     _ERRORS = (aiohttp.ClientError, OSError)
 
     async def iter_range(
-        self, key: str, start: int, end: int | None, etag: str | None = None
+        self,
+        key: str,
+        start: int,
+        end: int | None,
+        etag: str | None = None,
+        seen: list[str] | None = None,
     ) -> AsyncIterator[bytes]:
         rng = range_header(start, end)
         headers = {"Range": rng} if rng else {}
@@ -116,6 +121,9 @@ class GcsBackend:
             if etag is not None and etag.isdigit() and got is not None and got != etag:
                 # an emulator that ignores ifGenerationMatch still names what it serves
                 raise changed_error(self.url_for(key), etag)
+            named = got or resp.headers.get("ETag")  # our GCS identity: the generation
+            if seen is not None and named:
+                seen.append(named)
             try:
                 async for chunk in resp.content.iter_chunked(CHUNK_SIZE):
                     yield chunk

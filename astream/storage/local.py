@@ -68,25 +68,36 @@ class LocalBackend:
             f.seek(start)
             return f.read() if n is None else f.read(n)
 
-    async def _check(self, key: str, etag: str) -> None:
+    async def _tag_of(self, key: str) -> str:
         try:
-            st = await asyncio.to_thread(os.stat, self._path(key))
+            return _tag(await asyncio.to_thread(os.stat, self._path(key)))
         except OSError as exc:
             raise self._map(exc, key) from exc
-        if _tag(st) != etag:
+
+    async def _check(self, key: str, etag: str) -> None:
+        if await self._tag_of(key) != etag:
             raise changed_error(self._path(key), etag)
 
     async def iter_range(
-        self, key: str, start: int, end: int | None, etag: str | None = None
+        self,
+        key: str,
+        start: int,
+        end: int | None,
+        etag: str | None = None,
+        seen: list[str] | None = None,
     ) -> AsyncIterator[bytes]:
         path = self._path(key)
         pos = start
         if etag is not None:  # no conditional read on a file: its tag before and after
             await self._check(key, etag)
+        if seen is not None:
+            seen.append(await self._tag_of(key))
         async for chunk in self._iter(path, key, pos, end):
             yield chunk
         if etag is not None:
             await self._check(key, etag)
+        if seen is not None:  # and after: a file rewritten while read names two
+            seen.append(await self._tag_of(key))
 
     async def _iter(self, path: str, key: str, pos: int, end: int | None) -> AsyncIterator[bytes]:
         while end is None or pos < end:

@@ -190,8 +190,10 @@ class RetryingStore:
         end: int | None,
         sink: Callable[[bytes], object],
         etag: str | None = None,
+        seen: list[str] | None = None,
     ) -> int:
-        """Feed bytes ``[start, end)`` to ``sink``, resuming after truncation; return count."""
+        """Feed bytes ``[start, end)`` to ``sink``, resuming after truncation; return count.
+        ``seen``: the identities the server named, one per attempt (see ``iter_range``)."""
         budget = _Budget(self.policy, self.raw.url_for(key))
         got = 0
         loop = asyncio.get_running_loop()
@@ -201,8 +203,8 @@ class RetryingStore:
                 async with asyncio.timeout(timeout) as cm:
                     it = (
                         self.raw.iter_range(key, start + got, end)
-                        if etag is None
-                        else self.raw.iter_range(key, start + got, end, etag)
+                        if etag is None and seen is None
+                        else self.raw.iter_range(key, start + got, end, etag, seen)
                     )
                     try:
                         async for chunk in it:
@@ -219,14 +221,20 @@ class RetryingStore:
                 self.causes[retry_cause(err)] += 1
 
     async def get_range(
-        self, key: str, start: int = 0, end: int | None = None, *, etag: str | None = None
+        self,
+        key: str,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        etag: str | None = None,
+        seen: list[str] | None = None,
     ) -> bytes:
         if start < 0 or (end is not None and end < start):
             raise ConfigError(f"get_range({key!r}): bad range start={start} end={end}")
         if end is not None and end == start:
             return b""
         parts: list[bytes] = []
-        await self._stream(key, start, end, parts.append, etag)
+        await self._stream(key, start, end, parts.append, etag, seen)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def stream_range(
@@ -237,15 +245,17 @@ class RetryingStore:
         sink: Callable[[bytes], object],
         *,
         etag: str | None = None,
+        seen: list[str] | None = None,
     ) -> int:
         """Hand bytes ``[start, end)`` of ``key`` to ``sink`` chunk by chunk, in order, as they
         arrive (nothing is joined); a truncated body resumes at the next byte, so the chunks
-        are exactly the range once. Return the count (less than asked: the object is shorter)."""
+        are exactly the range once. Return the count (less than asked: the object is shorter).
+        ``seen``: see ``iter_range`` (one identity per attempt, resumptions included)."""
         if start < 0 or end < start:
             raise ConfigError(f"stream_range({key!r}): bad range start={start} end={end}")
         if end == start:
             return 0
-        return await self._stream(key, start, end, sink, etag)
+        return await self._stream(key, start, end, sink, etag, seen)
 
     async def get_to_file(self, key: str, path: str) -> int:
         copy = getattr(self.raw, "copy_to_file", None)

@@ -373,7 +373,7 @@ class S3Backend:
             raise s3_error(resp.status, code, where)
 
     async def _iter_direct(
-        self, key: str, start: int, end: int | None, etag: str | None
+        self, key: str, start: int, end: int | None, etag: str | None, seen: list[str] | None
     ) -> AsyncIterator[bytes]:
         if end is not None and end <= start:
             return
@@ -397,6 +397,8 @@ class S3Backend:
             got_etag = resp.headers.get("ETag")
             if etag is not None and got_etag is not None and got_etag.strip('"') != etag.strip('"'):
                 raise changed_error(url, etag)  # a server that ignored If-Match
+            if seen is not None and got_etag:
+                seen.append(got_etag)
             if rng is not None:
                 if resp.status != 206:
                     raise StorageError(
@@ -501,12 +503,17 @@ class S3Backend:
     # -- the raw-backend operations --------------------------------------------------------
 
     async def iter_range(
-        self, key: str, start: int, end: int | None, etag: str | None = None
+        self,
+        key: str,
+        start: int,
+        end: int | None,
+        etag: str | None = None,
+        seen: list[str] | None = None,
     ) -> AsyncIterator[bytes]:
         inner = (
-            self._iter_direct(key, start, end, etag)
+            self._iter_direct(key, start, end, etag, seen)
             if self._target is not None
-            else self._sdk().iter_range(key, start, end, etag)
+            else self._sdk().iter_range(key, start, end, etag, seen)
         )
         try:
             async for chunk in inner:

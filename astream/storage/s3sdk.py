@@ -242,7 +242,12 @@ class SdkS3:
     )
 
     async def iter_range(
-        self, key: str, start: int, end: int | None, etag: str | None = None
+        self,
+        key: str,
+        start: int,
+        end: int | None,
+        etag: str | None = None,
+        seen: list[str] | None = None,
     ) -> AsyncIterator[bytes]:
         client = await self._get_client()
         kwargs: dict[str, Any] = {"Bucket": self._s.bucket, "Key": self._key(key)}
@@ -263,6 +268,8 @@ class SdkS3:
         except self._TRANSIENT as exc:
             raise self._map(exc, key) from exc
         body = resp["Body"]
+        if seen is not None and resp.get("ETag"):
+            seen.append(resp["ETag"])
         try:
             content = _plain_content(body)
             if content is None:  # a checksummed body (or not aiohttp): the SDK reads it

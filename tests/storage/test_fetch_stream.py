@@ -121,6 +121,7 @@ class _Overfull:
         sink: Callable[[bytes], object],
         *,
         etag: str | None = None,
+        seen: list[str] | None = None,
     ) -> int:
         sink(BLOB[start : end + 1])
         return end + 1 - start
@@ -134,3 +135,61 @@ async def test_more_than_the_range_is_refused(tmp_path: Any) -> None:
         await _fetcher(root, store).download(shard)
     assert not os.path.exists(shard.files.raw_path)
     assert not [n for n in os.listdir(root) if ".tmp-" in n]
+
+
+class _RewrittenAfterFirstPart:
+    """The real store, and a writer that rewrites the object (same size, other bytes) on the
+    real server as soon as the first part is in: a job rewriting a dataset in place while a
+    reader downloads one of its shards."""
+
+    def __init__(self, store: Any, target: Target, key: str, new: bytes) -> None:
+        self.store, self.target, self.key, self.new = store, target, key, new
+        self.url = store.url
+        self.parts = 0
+
+    def url_for(self, key: str) -> str:
+        return str(self.store.url_for(key))
+
+    async def stream_range(self, key: str, start: int, end: int, sink: Any, **kw: Any) -> int:
+        got = int(await self.store.stream_range(key, start, end, sink, **kw))
+        self.parts += 1
+        if self.parts == 1:
+            await seed(self.target, self.key, self.new)
+        return got
+
+
+async def test_object_rewritten_between_parts_is_refused(
+    remote_target: Target, make_proxy: Callable[..., FaultProxy], tmp_path: Any
+) -> None:
+    """An MDS shard has no indexed identity, so its parts are read unconditionally; each
+    answer names the object's version, and a download whose parts name two versions is an
+    ``ObjectChangedError`` naming the object, with no file published -- never a file of the
+    first part of one version and the rest of another."""
+    from astream.errors import ObjectChangedError
+
+    await seed(remote_target, "rw.bin", BLOB)
+    new = bytes(b ^ 0x5A for b in BLOB)
+    proxy = make_proxy(remote_target.upstream)
+    real = remote_target.open(proxy=proxy)
+    store = _RewrittenAfterFirstPart(real, remote_target, "rw.bin", new)
+    root = str(tmp_path / "cache")
+    shard = _shard(root, real.url, "rw.bin", len(BLOB))
+    fetcher = ShardFetcher(CacheSpace([root], None), Stats(), lambda _u: store, part_size=PART)
+    fetcher.part_concurrency = 1  # parts in order: the rewrite lands between the first two
+    try:
+        with pytest.raises(ObjectChangedError, match="rewritten while it downloaded") as ei:
+            await fetcher.download(shard)
+    finally:
+        await real.aclose()
+    assert store.parts == 3  # every part was read: the versions differ, not a failed GET
+    assert ei.value.url is not None and ei.value.url.endswith("/rw.bin")
+    assert not os.path.exists(shard.files.raw_path)
+    assert not [n for n in os.listdir(root) if ".tmp-" in n]
+    # the same download with nothing rewritten (the object now stays the new version)
+    real = remote_target.open(proxy=proxy)
+    fresh = ShardFetcher(CacheSpace([root], None), Stats(), lambda _u: real, part_size=PART)
+    try:
+        assert await fresh.download(shard)
+    finally:
+        await real.aclose()
+    assert _read(shard.files.raw_path) == new
