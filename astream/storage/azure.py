@@ -45,7 +45,7 @@ from azure.core.pipeline.transport import AioHttpTransport
 from azure.storage.blob.aio import ContainerClient
 
 from astream.errors import ConfigError, StorageError, TransientStorageError
-from astream.storage.base import ObjectInfo
+from astream.storage.base import ObjectInfo, Seen
 from astream.storage.common import (
     CHUNK_SIZE,
     POOL_SIZE,
@@ -145,12 +145,7 @@ class AzureBackend:
     _ERRORS = (AzureError, aiohttp.ClientError, OSError, asyncio.TimeoutError)
 
     async def iter_range(
-        self,
-        key: str,
-        start: int,
-        end: int | None,
-        etag: str | None = None,
-        seen: list[str] | None = None,
+        self, key: str, start: int, end: int | None, etag: str | None = None, seen: Seen = None
     ) -> AsyncIterator[bytes]:
         client = self._get()
         direct, session = self._direct, self._session

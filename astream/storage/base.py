@@ -17,6 +17,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+# the identities a server named in its answers (see ``RawBackend.iter_range``), or None
+Seen = list[str] | None
+
 
 @dataclass(frozen=True)
 class ObjectInfo:
@@ -47,7 +50,7 @@ class ObjectStore(Protocol):
         end: int | None = None,
         *,
         etag: str | None = None,
-        seen: list[str] | None = None,
+        seen: Seen = None,
     ) -> bytes:
         """Bytes ``[start, end)`` of ``key``. With ``etag`` (the identity ``list``/``head``
         gave), only if the object still has it: else :class:`ObjectChangedError`. With

@@ -29,7 +29,7 @@ from astream.errors import (
     ThrottledError,
     TransientStorageError,
 )
-from astream.storage.base import ObjectInfo
+from astream.storage.base import ObjectInfo, Seen
 
 __all__ = [
     "CHUNK_SIZE",
@@ -59,12 +59,7 @@ class RawBackend(Protocol):
     def url_for(self, key: str) -> str: ...
 
     def iter_range(
-        self,
-        key: str,
-        start: int,
-        end: int | None,
-        etag: str | None = None,
-        seen: list[str] | None = None,
+        self, key: str, start: int, end: int | None, etag: str | None = None, seen: Seen = None
     ) -> AsyncIterator[bytes]:
         """Chunks of bytes ``[start, end)``; nothing when ``start`` is past the end. With
         ``etag`` (what ``list``/``head`` gave as the object's identity), the read is

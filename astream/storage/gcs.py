@@ -24,7 +24,7 @@ import aiohttp
 from gcloud.aio.storage import Storage
 
 from astream.errors import StorageError
-from astream.storage.base import ObjectInfo
+from astream.storage.base import ObjectInfo, Seen
 from astream.storage.common import (
     CHUNK_SIZE,
     changed_error,
@@ -92,12 +92,7 @@ class GcsBackend:
     _ERRORS = (aiohttp.ClientError, OSError)
 
     async def iter_range(
-        self,
-        key: str,
-        start: int,
-        end: int | None,
-        etag: str | None = None,
-        seen: list[str] | None = None,
+        self, key: str, start: int, end: int | None, etag: str | None = None, seen: Seen = None
     ) -> AsyncIterator[bytes]:
         rng = range_header(start, end)
         headers = {"Range": rng} if rng else {}

@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import aiohttp
 
 from astream.errors import StorageError, TransientStorageError
-from astream.storage.base import ObjectInfo
+from astream.storage.base import ObjectInfo, Seen
 from astream.storage.common import (
     CHUNK_SIZE,
     POOL_SIZE,
@@ -113,12 +113,7 @@ class HttpBackend:
         return f"{self._url}/{join_key('', key)}" if key else self._url
 
     async def iter_range(
-        self,
-        key: str,
-        start: int,
-        end: int | None,
-        etag: str | None = None,
-        seen: list[str] | None = None,
+        self, key: str, start: int, end: int | None, etag: str | None = None, seen: Seen = None
     ) -> AsyncIterator[bytes]:
         url = self.url_for(key)
         rng = range_header(start, end)

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from urllib.parse import unquote, urlparse
 
 from astream.errors import AccessDeniedError, ObjectNotFoundError, StorageError
-from astream.storage.base import ObjectInfo
+from astream.storage.base import ObjectInfo, Seen
 from astream.storage.common import CHUNK_SIZE, changed_error, join_key
 
 __all__ = ["LocalBackend", "root_from_url"]
@@ -79,12 +79,7 @@ class LocalBackend:
             raise changed_error(self._path(key), etag)
 
     async def iter_range(
-        self,
-        key: str,
-        start: int,
-        end: int | None,
-        etag: str | None = None,
-        seen: list[str] | None = None,
+        self, key: str, start: int, end: int | None, etag: str | None = None, seen: Seen = None
     ) -> AsyncIterator[bytes]:
         path = self._path(key)
         pos = start

@@ -42,7 +42,7 @@ from astream.errors import (
     ThrottledError,
     TransientStorageError,
 )
-from astream.storage.base import ObjectInfo
+from astream.storage.base import ObjectInfo, Seen
 from astream.storage.common import RawBackend
 
 __all__ = ["RETRY_CAUSES", "RetryPolicy", "RetryingStore", "retry_cause"]
@@ -190,7 +190,7 @@ class RetryingStore:
         end: int | None,
         sink: Callable[[bytes], object],
         etag: str | None = None,
-        seen: list[str] | None = None,
+        seen: Seen = None,
     ) -> int:
         """Feed bytes ``[start, end)`` to ``sink``, resuming after truncation; return count.
         ``seen``: the identities the server named, one per attempt (see ``iter_range``)."""
@@ -227,7 +227,7 @@ class RetryingStore:
         end: int | None = None,
         *,
         etag: str | None = None,
-        seen: list[str] | None = None,
+        seen: Seen = None,
     ) -> bytes:
         if start < 0 or (end is not None and end < start):
             raise ConfigError(f"get_range({key!r}): bad range start={start} end={end}")
@@ -245,7 +245,7 @@ class RetryingStore:
         sink: Callable[[bytes], object],
         *,
         etag: str | None = None,
-        seen: list[str] | None = None,
+        seen: Seen = None,
     ) -> int:
         """Hand bytes ``[start, end)`` of ``key`` to ``sink`` chunk by chunk, in order, as they
         arrive (nothing is joined); a truncated body resumes at the next byte, so the chunks

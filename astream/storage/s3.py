@@ -65,7 +65,7 @@ import aiohttp
 import yarl
 
 from astream.errors import ConfigError, IntegrityError, StorageError, TransientStorageError
-from astream.storage.base import ObjectInfo
+from astream.storage.base import ObjectInfo, Seen
 from astream.storage.common import (
     changed_error,
     range_header,
@@ -503,12 +503,7 @@ class S3Backend:
     # -- the raw-backend operations --------------------------------------------------------
 
     async def iter_range(
-        self,
-        key: str,
-        start: int,
-        end: int | None,
-        etag: str | None = None,
-        seen: list[str] | None = None,
+        self, key: str, start: int, end: int | None, etag: str | None = None, seen: Seen = None
     ) -> AsyncIterator[bytes]:
         inner = (
             self._iter_direct(key, start, end, etag, seen)

@@ -41,7 +41,7 @@ from aiobotocore.response import AioStreamingBody
 from botocore import UNSIGNED
 
 from astream.errors import StorageError, TransientStorageError
-from astream.storage.base import ObjectInfo
+from astream.storage.base import ObjectInfo, Seen
 from astream.storage.common import (
     CHUNK_SIZE,
     POOL_SIZE,
@@ -242,12 +242,7 @@ class SdkS3:
     )
 
     async def iter_range(
-        self,
-        key: str,
-        start: int,
-        end: int | None,
-        etag: str | None = None,
-        seen: list[str] | None = None,
+        self, key: str, start: int, end: int | None, etag: str | None = None, seen: Seen = None
     ) -> AsyncIterator[bytes]:
         client = await self._get_client()
         kwargs: dict[str, Any] = {"Bucket": self._s.bucket, "Key": self._key(key)}
