@@ -75,10 +75,12 @@ async def test_parts_stream_into_the_file(
         assert gets(proxy) == 3
     assert proxy.stats.total_bytes == len(BLOB)
     # chunks go to the file as they come: the heap never holds a part (8 MiB), let alone all
-    # of them; what is left is the client's socket buffers and one chunk per GET in flight.
+    # of them; what is left is the client's socket buffers and one chunk per GET in flight:
+    # 1.2-3.9 MB here over the backends and runs (it depends on how far each socket reads
+    # ahead of the writes), against 16-24 MB when parts are joined before they are written.
     # (Azure's SDK downloads into buffers of its own, up to ~14 MiB here: not bounded by us.)
     if remote_target.name != "azure":
-        assert peak < 3 << 20, peak
+        assert peak < PART, peak
     assert not [n for n in os.listdir(root) if ".tmp-" in n]
 
 
