@@ -81,6 +81,7 @@ from astream.runtime.reader import (
 )
 from astream.runtime.stats import Stats, Stopwatch
 from astream.runtime.stores import StorePool
+from astream.runtime.versions import Versions
 
 __all__ = ["Engine"]
 
@@ -220,18 +221,20 @@ class Engine:
                 validate_hash=self.validate_hash,
                 keep_zip=self.keep_zip,
             )
-            parts = _ProcessParts(stats, space, fetcher, self._opener(space, stats))
+            opener = self._opener(space, stats, fetcher.versions)
+            parts = _ProcessParts(stats, space, fetcher, opener)
             self._local = parts
             self._pid = os.getpid()
         return parts
 
-    def _opener(self, space: CacheSpace, stats: Stats) -> ShardOpener:
+    def _opener(self, space: CacheSpace, stats: Stats, versions: Versions) -> ShardOpener:
         return ShardOpener(
             self.catalog,
             space,
             stats,
             allow_unsafe_types=self.allow_unsafe_types,
             validate_hash=self.validate_hash,
+            versions=versions,
         )
 
     @property
@@ -331,7 +334,7 @@ class Engine:
         synchronous iteration."""
         parts = self._parts()
         stats = parts.stats
-        opener = self._opener(parts.space, stats)
+        opener = self._opener(parts.space, stats, parts.fetcher.versions)
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency)
         if self._may_range():
             pf.hold()  # until the first batch's ranges are read (``_ranged``)
@@ -497,7 +500,7 @@ class Engine:
             raise ConfigError(f"io must be 'thread' or 'loop', got {io!r}")
         parts = self._parts()
         stats = parts.stats
-        opener = self._opener(parts.space, stats)
+        opener = self._opener(parts.space, stats, parts.fetcher.versions)
         on_loop = io == "loop"
         loop = asyncio.get_running_loop() if on_loop else None
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
@@ -670,7 +673,9 @@ class Engine:
         assert shard.remote is not None
         store = self.stores.get(shard.remote)
         offsets, spent = await self._range_offsets(parts, s)
-        data = await store.get_range(shard.raw_key, offsets[li], offsets[li + 1], etag=shard.etag)
+        a, b = offsets[li], offsets[li + 1]
+        versions = parts.fetcher.versions
+        data = await versions.read(store, shard.remote, shard.raw_key, a, b, shard.etag)
         stats.range_requests += 1
         stats.add_bytes(shard.remote, len(data))
         self._maybe_promote(parts, s, spent + len(data))
@@ -720,7 +725,8 @@ class Engine:
         meta = shard.meta  # a split shard's offsets live in its meta file
         head_key = shard.raw_key if meta is None else meta.raw_key
         etag = shard.etag if meta is None else meta.etag
-        head = await store.get_range(head_key, 0, header_size(entry.samples), etag=etag)
+        n = header_size(entry.samples)
+        head = await parts.fetcher.versions.read(store, shard.remote, head_key, 0, n, etag)
         parts.stats.range_requests += 1
         parts.stats.add_bytes(shard.remote, len(head))
         first = None if meta is None else 0  # split offsets index the data file from 0
@@ -891,11 +897,22 @@ class Engine:
                 except Exception:
                     got = None
                 sent[w] = True
-                lead.send(writers[w], wants, got)
+                lead.send(writers[w], wants, got, self._versions_of(wants) if got else {})
         finally:
             for w, done in enumerate(sent):
                 if not done:  # cancelled (the loop shutting down): no worker waits
-                    lead.send(writers[w], per_worker[w], None)
+                    lead.send(writers[w], per_worker[w], None, {})
+
+    def _versions_of(self, wants: list[tuple[int, list[int]]]) -> dict[tuple[str, str], str]:
+        """The versions this process read of the objects of ``wants``' shards (their data
+        and split meta files): what the worker it reads them for must read too."""
+        keys = []
+        for s, _ in wants:
+            shard = self.catalog.shards[s]
+            for one in (shard, shard.meta):
+                if one is not None and one.remote is not None:
+                    keys.append((one.remote, one.raw_key))
+        return self._parts().fetcher.versions.subset(keys)
 
     def _lead_take(self) -> Any:
         """In a DataLoader worker whose loader's main process reads its first batch: this
@@ -918,11 +935,15 @@ class Engine:
         msg = lead.receive(*handoff)
         if msg is None:
             return None
-        theirs, payload = msg
+        theirs, payload, versions = msg
         mine = [(s, [int(x) for x in locals_]) for s, locals_ in wants]
         if payload is None or theirs != mine:
             return None
         parts = self._parts()
+        for (remote, key), v in versions.items():  # the versions those bytes came from
+            url = f"{remote.rstrip('/')}/{key}"
+            how = "the main process read it for this worker's first batch at"
+            parts.fetcher.versions.keep((remote, key), [v], url, how)
         out = self._range_shards(parts, payload)
         parts.range_samples += sum(len(r.slot) for r in out.values())
         return out
@@ -974,11 +995,13 @@ class Engine:
         async def get(store: Any, shard: RemoteShard, a: int, b: int) -> bytes:
             """Bytes ``[a, b)`` of ``shard``'s object, conditional on its indexed identity (a
             Parquet file's: a rewritten file is an ObjectChangedError, as for whole reads,
-            never its new pages decoded with the old footer)."""
+            never its new pages decoded with the old footer), or for an MDS shard on the
+            version this process read first (``runtime/versions.py``)."""
             key, remote = shard.raw_key, shard.remote
+            assert remote is not None
             async with sem:
                 check()
-                data: bytes = await store.get_range(key, a, b, etag=shard.etag)
+                data = await parts.fetcher.versions.read(store, remote, key, a, b, shard.etag)
             stats.range_requests += 1
             stats.add_bytes(remote, len(data))
             if len(data) != b - a:

@@ -34,6 +34,7 @@ from astream.errors import FormatError, IntegrityError, ObjectChangedError, Obje
 from astream.runtime.cache import TMP_MARK, CacheSpace, ShardFiles, disk_error
 from astream.runtime.locks import FileLock
 from astream.runtime.stats import Stats
+from astream.runtime.versions import Versions, rewritten
 from astream.storage.base import ObjectStore
 
 __all__ = ["RemoteShard", "ShardFetcher", "is_complete"]
@@ -91,6 +92,8 @@ class ShardFetcher:
         self.keep_zip = keep_zip
         self.part_size = part_size
         self.part_concurrency = part_concurrency
+        # the version of each object without an indexed identity this process read first
+        self.versions = Versions()
 
     async def download(self, shard: RemoteShard, *, block: bool = True) -> bool:
         """Make the shard's raw file present. False only if ``block`` is false and the cache
@@ -297,17 +300,21 @@ class ShardFetcher:
             stream = getattr(store, "stream_range", None)
             url = store.url_for(key)
             # no indexed identity (an MDS shard): every part, and every resumption of one,
-            # must come from the same version of the object as the first; the identities the
-            # server names are gathered here and compared once all parts are in
-            seen: list[str] | None = [] if shard.etag is None else None
+            # must come from one version of the object, the one this process read before if
+            # it did (then every part is conditional on it); else the identities the server
+            # names are gathered here and compared once all parts are in
+            k = (shard.remote, key)
+            pin = self.versions.of(k) if shard.etag is None else None
+            etag = shard.etag if pin is None else pin
+            seen: list[str] | None = [] if etag is None else None
 
             async def part(start: int, end: int, at: int) -> None:
                 async with sem:
                     if stream is None:  # a store without streaming: whole part, then write
-                        if shard.etag is None:
+                        if etag is None:
                             data = await store.get_range(key, start, end, seen=seen)
                         else:
-                            data = await store.get_range(key, start, end, etag=shard.etag)
+                            data = await store.get_range(key, start, end, etag=etag)
                         got = len(data)
                         if got == end - start:
                             await loop.run_in_executor(None, _pwrite_all, fd, data, at)
@@ -317,7 +324,7 @@ class ShardFetcher:
                             start,
                             end,
                             _FileSink(fd, at, at + end - start, url),
-                            etag=shard.etag,
+                            etag=etag,
                             seen=seen,
                         )
                     self.stats.range_requests += 1
@@ -331,7 +338,13 @@ class ShardFetcher:
 
             if not parts:
                 return
-            await _gather_all(*(part(s, e, at) for s, e, at in parts))
+            try:
+                await _gather_all(*(part(s, e, at) for s, e, at in parts))
+            except ObjectChangedError as exc:
+                if pin is None:
+                    raise
+                how = "this process read it earlier at"
+                raise rewritten(url, pin, "another", how) from exc
             versions = sorted({x.strip('"') for x in seen or ()})
             if len(versions) > 1:
                 raise ObjectChangedError(
@@ -341,6 +354,11 @@ class ShardFetcher:
                     "a dataset under a new prefix, never in place under a running job",
                     url,
                 )
+            if seen:  # one version: the one to read from now on (or another process's, read
+                # by ranges while this downloaded: two versions, refused before publishing)
+                self.versions.keep(k, seen, url, "this process read it earlier at")
+            if shard.etag is None:
+                self.versions.record(path, k)
         finally:
             os.close(fd)
 

@@ -14,9 +14,11 @@ as soon as they are complete.
 
 Hand-over: one pipe per worker, made before the workers start (a forked worker inherits its
 end; a spawned one receives it with the dataset, which multiprocessing allows while it spawns).
-The message is ``(wants, shards)``: the (shard, samples) the main process read for that worker
-and, per shard, the compact buffer, its offsets and the slot of each sample (what
-:class:`~astream.runtime.reader.RangeShard` holds), or None when the read failed. A worker uses
+The message is ``(wants, shards, versions)``: the (shard, samples) the main process read for
+that worker and, per shard, the compact buffer, its offsets and the slot of each sample (what
+:class:`~astream.runtime.reader.RangeShard` holds), or None when the read failed; and the
+version of each shard object those bytes came from, which the worker's own reads of those
+objects must then match (``runtime/versions.py``). A worker uses
 it only when ``wants`` equals what it would read itself; otherwise, and when no message comes
 (the main process gone), it reads its ranges itself as before. Nothing is written to the cache
 or to shared memory, so a kill -9 of any process leaves nothing behind: a pipe is closed by the
@@ -46,6 +48,8 @@ Wants = list[tuple[int, list[int]]]
 # shard -> (compact buffer, its offsets from 0, shard sample -> place in the buffer); for a
 # Parquet row group read by pages: ({object range: its bytes}, None, row -> place)
 Payload = dict[int, tuple[Any, list[int] | None, dict[int, int]]]
+# (stream's remote, object key) -> the version the main process read (runtime/versions.py)
+Versions = dict[tuple[str, str], str]
 
 _WRITERS: list[Connection] = []  # this process's write ends (closed in a forked child)
 _WAIT_S = 300.0  # at most this long for a message (the main process reads with retries)
@@ -108,9 +112,9 @@ def _widen(conn: Connection) -> None:
         pass  # above this system's limit: the default buffer works, in more steps
 
 
-def send(conn: Connection, wants: Wants, payload: Payload | None) -> None:
+def send(conn: Connection, wants: Wants, payload: Payload | None, versions: Versions) -> None:
     """Write one worker's message from a daemon thread (see the module's docstring)."""
-    data = pickle.dumps((wants, payload), protocol=pickle.HIGHEST_PROTOCOL)
+    data = pickle.dumps((wants, payload, versions), protocol=pickle.HIGHEST_PROTOCOL)
 
     def write() -> None:
         try:
@@ -136,7 +140,7 @@ def close_writers(writers: list[Connection]) -> None:
         _forget(w)
 
 
-def receive(conn: Connection, ppid: int) -> tuple[Wants, Payload | None] | None:
+def receive(conn: Connection, ppid: int) -> tuple[Wants, Payload | None, Versions] | None:
     """This worker's message, or None when none comes (the pipe ended, this worker was
     orphaned, or ``_WAIT_S`` passed). The read end is closed either way. ``ppid`` is the
     loader's process; a worker started by a forkserver has another parent, whose change
@@ -149,7 +153,7 @@ def receive(conn: Connection, ppid: int) -> tuple[Wants, Payload | None] | None:
         while not conn.poll(0.5):
             if os.getppid() != parent or time.monotonic() > deadline:
                 return None
-        got: tuple[Wants, Payload | None] = pickle.loads(conn.recv_bytes())
+        got: tuple[Wants, Payload | None, Versions] = pickle.loads(conn.recv_bytes())
         return got
     except (EOFError, OSError, pickle.UnpicklingError):
         return None

@@ -50,6 +50,7 @@ from astream.runtime.catalog import Catalog
 from astream.runtime.fetch import _hash_file
 from astream.runtime.locks import FileLock
 from astream.runtime.stats import Stats
+from astream.runtime.versions import Versions
 
 __all__ = [
     "BatchGroups",
@@ -300,9 +301,11 @@ class ShardOpener:
         max_open: int = 256,
         max_open_bytes: int = 4 << 30,
         validate_hash: str | None = None,
+        versions: Versions | None = None,
     ) -> None:
         self.catalog = catalog
         self.space = space
+        self.versions = versions  # this process's (see runtime/versions.py)
         self.stats = stats
         self.allow_unsafe_types = allow_unsafe_types
         self.pinning = space.limit is not None
@@ -431,6 +434,15 @@ class ShardOpener:
         if h._pin is not None:
             self.space.note_pin(h._pin.path, delta)
 
+    def _check_version(self, s: int) -> None:
+        """A shard this process read by ranges is the version it read (when its file says)."""
+        shard = self.catalog.shards[s]
+        if self.versions is None or shard.remote is None or shard.etag is not None:
+            return
+        if shard.zip_key is None:  # a compressed shard is never read by ranges
+            key = (shard.remote, shard.raw_key)
+            self.versions.check_file(shard.files.raw_path, key, shard.url())
+
     def try_open(self, s: int) -> OpenShard | None:
         """Open shard ``s`` if its file is complete in the cache (pinning it under a limit)."""
         h = self.cached(s)
@@ -452,6 +464,7 @@ class ShardOpener:
                 pin.release()
             return None
         try:
+            self._check_version(s)
             offsets = self._offsets.get(s)
             if offsets is None:
                 try:

@@ -26,6 +26,7 @@ import asyncio
 import collections
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -60,6 +61,8 @@ class ProxyStats:
     answered: list[tuple[str, str, int]] = field(default_factory=list)
     # (path, Range header, fault) of every request given a fault
     faulted: list[tuple[str, str, str]] = field(default_factory=list)
+    # (path, Range header) of every request held by a gate (:meth:`FaultProxy.hold`)
+    held: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def total_requests(self) -> int:
@@ -98,6 +101,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._session: aiohttp.ClientSession | None = None
         self._bw_next = 0.0
+        self._gates: list[tuple[Callable[[str, str, str], bool], threading.Event]] = []
         app = web.Application(client_max_size=1 << 34)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         app.on_cleanup.append(self._close_session)
@@ -112,6 +116,8 @@ class FaultProxy:
         return self
 
     def stop(self) -> None:
+        for _, gate in self._gates:
+            gate.set()  # no request waits on a gate past the proxy's end
         self._app.stop()
 
     def __enter__(self) -> FaultProxy:
@@ -135,6 +141,16 @@ class FaultProxy:
                 raise ValueError(f"unknown fault {f!r}; one of {FAULTS + PLANNED_ONLY} or 'ok'")
         with self._lock:
             self._plan.extend((f, path) for f in faults)
+
+    def hold(self, match: Callable[[str, str, str], bool]) -> threading.Event:
+        """Hold every request for which ``match(method, path, range)`` is true, before it is
+        forwarded, until the returned event is set (a test then acts on the upstream, say
+        rewrites an object, at a known point of a client's requests). Held requests are
+        recorded in ``stats.held``; :meth:`stop` releases them."""
+        gate = threading.Event()
+        with self._lock:
+            self._gates.append((match, gate))
+        return gate
 
     def reset_stats(self) -> None:
         with self._lock:
@@ -188,6 +204,13 @@ class FaultProxy:
             with self._lock:
                 self.stats.faults[fault] += 1
                 self.stats.faulted.append((path, request.headers.get("Range", ""), fault))
+        rng = request.headers.get("Range", "")
+        for match, gate in list(self._gates):
+            if not gate.is_set() and match(request.method, path, rng):
+                with self._lock:
+                    self.stats.held.append((path, rng))
+                while not gate.is_set():  # polled: no executor thread held per request
+                    await asyncio.sleep(0.01)
         if self.latency:
             await asyncio.sleep(self.latency)
         body = await request.read()

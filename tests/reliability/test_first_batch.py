@@ -14,6 +14,7 @@ import hashlib
 import os
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,11 +39,13 @@ def big(i: int) -> bytes:
     return (seed * (n // 32 + 1))[:n]
 
 
-def write_big(path: str, hashes: list[str] | None = None) -> str:
+def write_big(
+    path: str, hashes: list[str] | None = None, data: Callable[[int], bytes] = big
+) -> str:
     cols = {"id": "int", "data": "bytes"}
     with MDSWriter(out=path, columns=cols, size_limit=SIZE_LIMIT, hashes=hashes) as w:
         for i in range(N):
-            w.write({"id": i, "data": big(i)})
+            w.write({"id": i, "data": data(i)})
     return path
 
 

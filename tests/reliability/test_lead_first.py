@@ -201,8 +201,13 @@ def test_no_get_once_the_iteration_is_over(
         bridge.run(ds.engine.lead_first(per_worker, writers, live))
         for w, conn in enumerate(ends.readers):
             assert conn is not None and conn.poll(30)
-            wants, payload = pickle.loads(conn.recv_bytes())
+            wants, payload, versions = pickle.loads(conn.recv_bytes())
             assert wants == per_worker[w] and (payload is not None) == expect_bytes
+            # with the bytes, the version of each shard object they came from (moto's ETag)
+            shards = ds.engine.catalog.shards
+            keys = {(shards[s].remote, shards[s].raw_key) for s, _ in wants}
+            assert set(versions) == (keys if expect_bytes else set())
+            assert all(v.startswith('"') and len(v) > 2 for v in versions.values())
         ends.close()
         assert bool(range_gets(proxy, sizes)) == expect_bytes
 

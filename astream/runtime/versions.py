@@ -1,0 +1,136 @@
+"""One version of each shard object per job, for objects whose index names none (MDS).
+
+Theory of operation
+-------------------
+A Parquet row group's index holds its file's ETag (or GCS generation), so every read of it is
+conditional on that identity. An MDS ``index.json`` names no version of its shard objects: a
+shard rewritten in place under a running job (same key, new bytes, and often the same size:
+fixed-length token samples) would be read partly from one version and partly from the other,
+and nothing would notice without ``validate_hash``. A shard is read in several pieces: its
+header and its first batch's samples by ranged GETs (in a DataLoader worker or, for the first
+batches, in the main process: ``runtime/lead.py``), then whole by a download (in parts, any
+worker of the node, resumed after faults), then maybe by ranges again after an eviction.
+
+:class:`Versions` keeps, per process, the version of each such object that the process read
+first: every backend names the version it served (``seen``, see ``storage/base.py``). Then:
+
+* every later ranged read of the object in that process is conditional on it (If-Match, or
+  ``ifGenerationMatch``), as for Parquet;
+* a download's parts are all compared with it and with each other;
+* the main process hands the versions it read for a worker's first batch to that worker
+  together with the bytes;
+* a downloaded shard file carries the version it came from as an extended attribute
+  (``user.astream.version``, set on the temporary file before it is published), so a process
+  that read the shard by ranges and then finds the file that another process downloaded
+  compares the two when it first opens the file.
+
+Two versions anywhere is an :class:`~astream.errors.ObjectChangedError` naming both, and
+nothing of the second is published. Where the file system takes no extended attributes (or a
+file was cached by an earlier run), the file carries no version and is trusted as before: a
+cached shard is tied to its index by ``index.json`` (``catalog.py``), not by this.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from astream.errors import ObjectChangedError
+
+__all__ = ["XATTR", "Versions", "rewritten"]
+
+XATTR = "user.astream.version"
+
+Key = tuple[str, str]  # (the stream's remote root, the object's key under it)
+
+
+def _same(a: str, b: str) -> bool:
+    # a listing may give an ETag unquoted that a response header quotes
+    return a.strip('"') == b.strip('"')
+
+
+def rewritten(url: str, first: str, then: str, how: str) -> ObjectChangedError:
+    """Two versions of one object in one job: ``how`` says where ``first`` was read."""
+    a, b = first.strip('"'), then.strip('"')
+    return ObjectChangedError(
+        f"rewritten while this job reads it: {how} version {a}, then {b}; its samples would "
+        "no longer be the ones the index numbers: rewrite a dataset under a new prefix, never "
+        "in place under a running job",
+        url,
+    )
+
+
+class Versions:
+    """The version of each indexed-identity-less object this process has read (see the
+    module's docstring). Lives in one process: never pickled, never shared."""
+
+    def __init__(self) -> None:
+        self._of: dict[Key, str] = {}
+
+    def of(self, key: Key) -> str | None:
+        return self._of.get(key)
+
+    def keep(self, key: Key, seen: Iterable[str], url: str, how: str = "it was read at") -> None:
+        """Record the versions a read of ``key`` named (``seen``): the first one ever is kept;
+        any other is an ObjectChangedError (``how`` says where the first came from)."""
+        have = self._of.get(key)
+        for v in seen:
+            if have is None:
+                have = self._of[key] = v
+            elif not _same(have, v):
+                raise rewritten(url, have, v, how)
+
+    def subset(self, keys: Iterable[Key]) -> dict[Key, str]:
+        return {k: self._of[k] for k in keys if k in self._of}
+
+    async def read(
+        self, store: Any, remote: str, key: str, start: int, end: int, etag: str | None
+    ) -> bytes:
+        """Bytes ``[start, end)`` of ``key``: conditional on ``etag`` (an indexed identity)
+        when given, else on the version this process read first, else unconditional with the
+        version the server names kept."""
+        if etag is not None:
+            data: bytes = await store.get_range(key, start, end, etag=etag)
+            return data
+        k = (remote, key)
+        pin = self._of.get(k)
+        if pin is not None:
+            try:
+                data = await store.get_range(key, start, end, etag=pin)
+            except ObjectChangedError as exc:
+                raise rewritten(
+                    store.url_for(key), pin, "another", "this process read it earlier at"
+                ) from exc
+            return data
+        seen: list[str] = []
+        data = await store.get_range(key, start, end, seen=seen)
+        self.keep(k, seen, store.url_for(key))
+        return data
+
+    def record(self, path: str, key: Key) -> None:
+        """Mark the file at ``path`` (a shard just downloaded, not yet published) with the
+        version of ``key`` it holds; nothing where the file system takes no attributes."""
+        v = self._of.get(key)
+        if v is None:
+            return
+        try:
+            os.setxattr(path, XATTR, v.encode())
+        except OSError:
+            pass  # e.g. ENOTSUP: the file is trusted as before (see the module's docstring)
+
+    def check_file(self, path: str, key: Key, url: str) -> None:
+        """Before this process first reads the cached file at ``path``: when it read ``key``
+        by ranges already, the file must hold that version (when the file names one)."""
+        pin = self._of.get(key)
+        if pin is None:
+            return
+        try:
+            v = os.getxattr(path, XATTR).decode()
+        except OSError as exc:
+            if exc.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+                return
+            raise
+        if not _same(pin, v):
+            raise rewritten(url, pin, v, "this process read it by ranges at")

@@ -1,0 +1,160 @@
+"""A dataset rewritten in place under a running job: one version of each shard, or an error.
+
+An MDS index names no version of its shards. Here the second version of the dataset has the
+same keys, the same shard sizes and a byte-identical ``index.json`` (every sample keeps its
+length, its bytes are flipped): nothing but the shards' versions tells the two apart. The
+first batch is read by ranged GETs (in the loader's main process when it has workers), the
+whole-shard downloads are held at the proxy until the test has rewritten the dataset, then go
+on: a shard's first samples came from the first version and its download would bring the
+second. That is an ``ObjectChangedError`` naming the shard, and no shard file of the second
+version is left in the cache for the shards read before (``runtime/versions.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from astream import StreamingDataLoader
+from astream.errors import ObjectChangedError
+from astream.runtime.versions import XATTR
+from astream.storage.sync import upload
+
+from .conftest import Cloud, MakeProxy
+from .test_first_batch import N, big, dataset, shard_sizes, write_big
+
+
+def flipped(i: int) -> bytes:
+    return bytes(b ^ 0xFF for b in big(i))
+
+
+@pytest.fixture(scope="module")
+def two_versions(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    root = tmp_path_factory.mktemp("rw")
+    one = write_big(str(root / "one"))
+    two = write_big(str(root / "two"), data=flipped)
+    assert shard_sizes(one) == shard_sizes(two)
+    with (
+        open(os.path.join(one, "index.json"), "rb") as a,
+        open(os.path.join(two, "index.json"), "rb") as b,
+    ):
+        assert a.read() == b.read()  # the index cannot tell the versions apart
+    return one, two
+
+
+def _held_downloads(sizes: dict[str, int]) -> Any:
+    """Whole-shard downloads (``bytes=0-<size - 1>``), not the first batch's ranges."""
+
+    def match(method: str, path: str, rng: str) -> bool:
+        name = path.rsplit("/", 1)[-1]
+        return method == "GET" and name in sizes and rng == f"bytes=0-{sizes[name] - 1}"
+
+    return match
+
+
+def _run(
+    cloud: Cloud,
+    versions: tuple[str, str],
+    make_proxy: MakeProxy,
+    cache: str,
+    workers: int,
+    rewrite: bool,
+    ranged: set[str] | None = None,
+) -> list[tuple[int, bytes]]:
+    """The epoch's (id, bytes), the downloads held until the first batch is out and the
+    dataset is rewritten (``rewrite``); ``ranged`` gets the shards read by ranges before."""
+    one, two = versions
+    url = cloud.upload(one, "rw")
+    sizes = shard_sizes(one)
+    proxy = make_proxy(cloud.server.url)
+    gate = proxy.hold(_held_downloads(sizes))
+    ds = dataset(url, cloud.via(proxy), cache, 8)
+    got: list[tuple[int, bytes]] = []
+    it = iter(StreamingDataLoader(ds, batch_size=16, num_workers=workers))
+    try:
+        first = next(it)
+        got += [(int(i), bytes(d)) for i, d in zip(first["id"], first["data"])]
+        assert all(d == big(i) for i, d in got)  # read by ranges, the first version
+        whole = _held_downloads(sizes)  # none came back yet: they come after the rewrite
+        assert not [r for r in proxy.stats.answered if whole("GET", r[0], r[1])]
+        if ranged is not None:
+            names = (path.rsplit("/", 1)[-1] for path, _, _ in proxy.stats.answered)
+            ranged.update(n for n in names if n in sizes)
+        if rewrite:
+            upload(two, url, **cloud.options())  # in place: same keys, sizes and index
+        gate.set()
+        for b in it:
+            got += [(int(i), bytes(d)) for i, d in zip(b["id"], b["data"])]
+    finally:
+        gate.set()
+        del it
+    return got
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_shard_rewritten_mid_epoch_is_refused(
+    cloud: Cloud,
+    two_versions: tuple[str, str],
+    make_proxy: MakeProxy,
+    tmp_path: Any,
+    workers: int,
+) -> None:
+    one, two = two_versions
+    sizes = shard_sizes(one)
+    cache = str(tmp_path / "cache")
+    ranged: set[str] = set()
+    with pytest.raises(ObjectChangedError, match="rewritten while this job reads it") as ei:
+        _run(cloud, two_versions, make_proxy, cache, workers, rewrite=True, ranged=ranged)
+    assert re.search(r"shard\.\d{5}\.mds", str(ei.value))  # names the shard object
+    assert ranged  # the first batch was read by ranges, before the rewrite
+    deadline = time.monotonic() + 30  # the job's other downloads end, their files go
+    while [n for n in os.listdir(cache) if ".tmp-" in n] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [n for n in os.listdir(cache) if ".tmp-" in n]
+    for name in os.listdir(cache):
+        if name not in sizes:
+            continue
+        with open(os.path.join(cache, name), "rb") as f:
+            data = f.read()
+        # a whole shard of one version, never parts of both; and one that names its version
+        assert data in (_bytes(one, name), _bytes(two, name)), name
+        assert os.getxattr(os.path.join(cache, name), XATTR)
+        if workers == 0 and name in ranged:
+            # read by ranges at the first version: its download was refused (with workers,
+            # another worker, which read none of it, may download the second version whole)
+            assert data == _bytes(one, name), name
+
+
+def _bytes(root: str, name: str) -> bytes:
+    with open(os.path.join(root, name), "rb") as f:
+        return f.read()
+
+
+def test_no_rewrite_no_error(
+    cloud: Cloud, two_versions: tuple[str, str], make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """The same run with nothing rewritten: every sample once, of the one version (the held
+    downloads, then conditional on the versions the ranges named, are not refused)."""
+    got = _run(cloud, two_versions, make_proxy, str(tmp_path / "c"), 2, rewrite=False)
+    assert sorted(i for i, _ in got) == list(range(N))
+    assert all(d == big(i) for i, d in got)
+
+
+def test_fresh_job_reads_the_new_version(
+    two_versions: tuple[str, str], s3_server: Any, s3_bucket: str, tmp_path: Any
+) -> None:
+    """The versions are one job's: a job started after the rewrite reads the new bytes."""
+    one, two = two_versions
+    url = f"{s3_bucket}/rw-{uuid.uuid4().hex[:8]}"
+    opts = {"endpoint_url": s3_server.url, "region": "us-east-1", "path_style": True}
+    upload(one, url, **opts)
+    upload(two, url, **opts)
+    ds = dataset(url, opts, str(tmp_path / "c"), 8)
+    got = [(int(s["id"]), bytes(s["data"])) for s in ds]
+    assert sorted(i for i, _ in got) == list(range(N))
+    assert all(d == flipped(i) for i, d in got)
