@@ -158,3 +158,28 @@ def test_fresh_job_reads_the_new_version(
     got = [(int(s["id"]), bytes(s["data"])) for s in ds]
     assert sorted(i for i, _ in got) == list(range(N))
     assert all(d == flipped(i) for i, d in got)
+
+
+def test_a_file_of_another_version_is_refused_where_ranges_were_read(
+    cloud: Cloud, two_versions: tuple[str, str], tmp_path: Any
+) -> None:
+    """Random access reads a sample by ranges (``ds[i]`` on a cold cache); the dataset is
+    rewritten; another engine on the same cache (as another worker process has) downloads the
+    shard, which then names the second version. The first engine's next read of that shard
+    opens the cached file: refused, since it read the first version by ranges; the other
+    engine, which read only the file, goes on reading it."""
+    one, two = two_versions
+    url = cloud.upload(one, "rw")
+    opts = cloud.options()
+    cache = str(tmp_path / "c")
+    ds = dataset(url, opts, cache, 8, shuffle=False)
+    assert (int(ds[0]["id"]), bytes(ds[0]["data"])) == (0, big(0))  # by ranges: no file
+    shard = ds.engine.catalog.shards[0]
+    assert not os.path.exists(shard.files.raw_path)
+    upload(two, url, **opts)
+    other = dataset(url, opts, cache, 8, shuffle=False)
+    assert other.prepare_shard(0)
+    assert os.getxattr(shard.files.raw_path, XATTR)
+    with pytest.raises(ObjectChangedError, match="this process read it by ranges at version"):
+        ds[1]
+    assert bytes(other[1]["data"]) == flipped(1)

@@ -20,6 +20,7 @@ from astream.errors import FormatError
 from astream.runtime.cache import CacheSpace, ShardFiles
 from astream.runtime.fetch import RemoteShard, ShardFetcher
 from astream.runtime.stats import Stats
+from astream.runtime.versions import XATTR
 from astream.testing import FaultProxy
 
 from .conftest import Target
@@ -195,3 +196,75 @@ async def test_object_rewritten_between_parts_is_refused(
     finally:
         await real.aclose()
     assert _read(shard.files.raw_path) == new
+
+
+SMALL = random.Random(12).randbytes(200_000)
+
+
+async def test_a_read_fixes_the_version_the_process_reads(
+    remote_target: Target, make_proxy: Callable[..., FaultProxy], tmp_path: Any
+) -> None:
+    """The first ranged read of an object without an indexed identity (an MDS shard) fixes
+    the version this process reads (``runtime/versions.py``): a later range, and the
+    shard's download, are conditional on it, so once the object is rewritten both are
+    refused by that condition (the message says "then another": the new version's identity
+    never came back), with nothing published; a process that read nothing (a fresh
+    fetcher) downloads the new version."""
+    from astream.errors import ObjectChangedError
+
+    await seed(remote_target, "pin.bin", SMALL)
+    new = bytes(b ^ 0xA5 for b in SMALL)
+    proxy = make_proxy(remote_target.upstream)
+    store = remote_target.open(proxy=proxy)
+    root = str(tmp_path / "cache")
+    shard = _shard(root, store.url, "pin.bin", len(SMALL))
+    fetcher = _fetcher(root, store)
+    key = (store.url, "pin.bin")
+    refused = r"this process read it earlier at version \S+, then another"
+    try:
+        assert await fetcher.versions.read(store, store.url, "pin.bin", 0, 100, None) == SMALL[:100]
+        first = fetcher.versions.of(key)
+        assert first
+        again = await fetcher.versions.read(store, store.url, "pin.bin", 100, 300, None)
+        assert again == SMALL[100:300] and fetcher.versions.of(key) == first
+        await seed(remote_target, "pin.bin", new)
+        proxy.reset_stats()
+        with pytest.raises(ObjectChangedError, match=refused):
+            await fetcher.versions.read(store, store.url, "pin.bin", 300, 400, None)
+        with pytest.raises(ObjectChangedError, match=refused) as ei:
+            await fetcher.download(shard)
+        assert ei.value.url is not None and ei.value.url.endswith("/pin.bin")
+        # both refused by the condition: the server answered 412 (fake-gcs-server ignores
+        # ifGenerationMatch; the backend refuses on the generation the answer names)
+        statuses = [st for _, _, st in proxy.stats.answered]
+        assert len(statuses) == 2
+        assert statuses == ([206, 206] if remote_target.name == "gcs" else [412, 412])
+        assert not os.path.exists(shard.files.raw_path)
+        assert not [n for n in os.listdir(root) if ".tmp-" in n]
+        fresh = _fetcher(root, store)
+        assert await fresh.download(shard)
+    finally:
+        await store.aclose()
+    assert _read(shard.files.raw_path) == new
+    assert os.getxattr(shard.files.raw_path, XATTR) == fresh.versions.of(key).encode()
+    assert fresh.versions.of(key) != first
+    # the first process now meets the other's file: the version it names is not its own
+    with pytest.raises(ObjectChangedError, match="read it by ranges at version"):
+        fetcher.versions.check_file(shard.files.raw_path, key, "pin.bin")
+    fresh.versions.check_file(shard.files.raw_path, key, "pin.bin")  # its own: no error
+
+
+def test_versions_keep_one_version() -> None:
+    from astream.errors import ObjectChangedError
+    from astream.runtime.versions import Versions
+
+    v = Versions()
+    k = ("s3://b/p", "shard.00000.mds")
+    v.keep(k, [], "u")
+    assert v.of(k) is None
+    v.keep(k, ['"abc"', "abc"], "u")  # a listing's unquoted ETag is the header's quoted one
+    assert v.of(k) == '"abc"'
+    with pytest.raises(ObjectChangedError, match=r"came from at version abc, then def;.*\[u\]$"):
+        v.keep(k, ["abc", '"def"'], "u", "came from at")
+    assert v.of(k) == '"abc"'
+    assert v.subset([k, ("s3://b/p", "other")]) == {k: '"abc"'}
