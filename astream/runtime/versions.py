@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -68,6 +69,8 @@ class Versions:
 
     def __init__(self) -> None:
         self._of: dict[Key, str] = {}
+        # keep() from the loop thread (reads, downloads) and the consumer's thread (hand-over)
+        self._lock = threading.Lock()
 
     def of(self, key: Key) -> str | None:
         return self._of.get(key)
@@ -75,12 +78,13 @@ class Versions:
     def keep(self, key: Key, seen: Iterable[str], url: str, how: str = "it was read at") -> None:
         """Record the versions a read of ``key`` named (``seen``): the first one ever is kept;
         any other is an ObjectChangedError (``how`` says where the first came from)."""
-        have = self._of.get(key)
-        for v in seen:
-            if have is None:
-                have = self._of[key] = v
-            elif not _same(have, v):
-                raise rewritten(url, have, v, how)
+        with self._lock:
+            have = self._of.get(key)
+            for v in seen:
+                if have is None:
+                    have = self._of[key] = v
+                elif not _same(have, v):
+                    raise rewritten(url, have, v, how)
 
     def subset(self, keys: Iterable[Key]) -> dict[Key, str]:
         return {k: self._of[k] for k in keys if k in self._of}
