@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 
-from astream.errors import StorageError, TransientStorageError
+from astream.errors import ConfigError, StorageError, TransientStorageError
 from astream.storage.base import ObjectInfo, Seen
 from astream.storage.common import (
     CHUNK_SIZE,
@@ -95,7 +95,14 @@ def check_content_range(value: str | None, rng: str, start: int, end: int | None
 class HttpBackend:
     """Objects are ``{root}/{key}`` URLs served by any HTTP server that honours Range."""
 
-    def __init__(self, url: str, *, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, url: str, *, headers: dict[str, str] | None = None, etags: bool = True
+    ) -> None:
+        if not isinstance(etags, bool):
+            raise ConfigError(f"etags must be True or False, got {etags!r}")
+        # False: the server's ETags do not name the object's version (mirrors behind one name
+        # whose ETags differ per server, as inode-based ones do): none is reported or used
+        self._etags = etags
         parts = urlsplit(url)
         if parts.username is not None or parts.password is not None:
             # user:password@ in the URL becomes a header, so it never reaches a message or repr
@@ -142,7 +149,7 @@ class HttpBackend:
                         )
                 if resp.status == 206 and rng is not None:
                     check_content_range(resp.headers.get("Content-Range"), rng, start, end, url)
-                if seen is not None and got and not got.startswith("W/"):
+                if seen is not None and self._etags and got and not got.startswith("W/"):
                     seen.append(got)  # a weak ETag may differ between equal answers
                 async for chunk in resp.content.iter_chunked(CHUNK_SIZE):
                     yield chunk
@@ -160,12 +167,15 @@ class HttpBackend:
                     raise error_for_status(resp.status, url, resp.reason or "")
                 data = await resp.read()
                 cr = resp.headers.get("Content-Range") if resp.status == 206 else None
-                info = ObjectInfo(key, total_size(cr, len(data)), resp.headers.get("ETag"))
+                info = ObjectInfo(key, total_size(cr, len(data)), self._etag(resp))
         except aiohttp.ClientError as exc:
             raise map_aiohttp_error(exc, url) from exc
         if resp.status == 200 and len(data) > n:  # the server ignored Range: keep the tail
             data = data[-n:]
         return info, data
+
+    def _etag(self, resp: aiohttp.ClientResponse) -> str | None:
+        return resp.headers.get("ETag") if self._etags else None
 
     async def head(self, key: str) -> ObjectInfo:
         url = self.url_for(key)
@@ -176,7 +186,7 @@ class HttpBackend:
                 size = resp.content_length
                 if size is None:
                     raise StorageError("HEAD response has no Content-Length", url)
-                return ObjectInfo(key, size, resp.headers.get("ETag"))
+                return ObjectInfo(key, size, self._etag(resp))
         except aiohttp.ClientError as exc:
             raise map_aiohttp_error(exc, url) from exc
 

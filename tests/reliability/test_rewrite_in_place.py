@@ -183,3 +183,52 @@ def test_a_file_of_another_version_is_refused_where_ranges_were_read(
     with pytest.raises(ObjectChangedError, match="this process read it by ranges at version"):
         ds[1]
     assert bytes(other[1]["data"]) == flipped(1)
+
+
+class _Mirrors:
+    """Files from a directory, as two mirrors behind one name would serve them: every answer
+    names the ETag of the server that sent it (inode-based ETags differ between servers),
+    alternating from request to request. The bytes are the same."""
+
+    def __init__(self, root: str) -> None:
+        from aiohttp import web
+
+        from astream.testing.servers import ThreadedApp
+
+        self.requests = 0
+
+        async def serve(request: web.Request) -> web.StreamResponse:
+            self.requests += 1
+            return web.FileResponse(os.path.join(root, request.match_info["name"]))
+
+        async def name_the_mirror(request: web.Request, response: web.StreamResponse) -> None:
+            if "ETag" in response.headers:
+                response.headers["ETag"] = f'"mirror-{self.requests % 2}"'
+
+        app = web.Application()
+        app.router.add_get("/{name}", serve)
+        app.on_response_prepare.append(name_the_mirror)
+        self.app = ThreadedApp(app)
+
+    def __enter__(self) -> _Mirrors:
+        self.app.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.app.stop()
+
+
+def test_mirrors_whose_etags_differ(two_versions: tuple[str, str], tmp_path: Any) -> None:
+    """Over HTTP the ETag is taken as the object's version unless ``etags=False``: behind one
+    name, mirrors whose ETags differ look like a rewrite (refused, naming both ETags), and
+    with ``storage_options={"etags": False}`` the same data reads exact."""
+    one, _ = two_versions
+    with _Mirrors(one) as m:
+        ds = dataset(m.app.url, {}, str(tmp_path / "a"), 8)
+        with pytest.raises(ObjectChangedError, match=r"mirror-[01], then (mirror-[01]|another)"):
+            list(ds)
+        ds = dataset(m.app.url, {"etags": False}, str(tmp_path / "b"), 8)
+        got = [(int(s["id"]), bytes(s["data"])) for s in ds]
+        assert m.requests > len(shard_sizes(one))  # ranges, then downloads
+    assert sorted(i for i, _ in got) == list(range(N))
+    assert all(d == big(i) for i, d in got)
