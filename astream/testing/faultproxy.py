@@ -57,11 +57,12 @@ class ProxyStats:
     faults: collections.Counter[str] = field(default_factory=collections.Counter)
     methods: collections.Counter[str] = field(default_factory=collections.Counter)
     ranges: list[tuple[str, str]] = field(default_factory=list)  # (path, Range header) of GETs
-    # (path, Range header, status) of the GETs the upstream answered
+    # (path, range, status) of the GETs the upstream answered; the range is the ``Range``
+    # header or, when there is none, Azure's ``x-ms-range``
     answered: list[tuple[str, str, int]] = field(default_factory=list)
     # (path, Range header, fault) of every request given a fault
     faulted: list[tuple[str, str, str]] = field(default_factory=list)
-    # (path, Range header) of every request held by a gate (:meth:`FaultProxy.hold`)
+    # (path, range as in ``answered``) of every request held by a gate (:meth:`FaultProxy.hold`)
     held: list[tuple[str, str]] = field(default_factory=list)
 
     @property
@@ -143,10 +144,11 @@ class FaultProxy:
             self._plan.extend((f, path) for f in faults)
 
     def hold(self, match: Callable[[str, str, str], bool]) -> threading.Event:
-        """Hold every request for which ``match(method, path, range)`` is true, before it is
-        forwarded, until the returned event is set (a test then acts on the upstream, say
-        rewrites an object, at a known point of a client's requests). Held requests are
-        recorded in ``stats.held``; :meth:`stop` releases them."""
+        """Hold every request for which ``match(method, path, range)`` is true (the range as
+        in ``stats.answered``), before it is forwarded, until the returned event is set (a
+        test then acts on the upstream, say rewrites an object, at a known point of a
+        client's requests). Held requests are recorded in ``stats.held``; :meth:`stop`
+        releases them."""
         gate = threading.Event()
         with self._lock:
             self._gates.append((match, gate))
@@ -204,7 +206,7 @@ class FaultProxy:
             with self._lock:
                 self.stats.faults[fault] += 1
                 self.stats.faulted.append((path, request.headers.get("Range", ""), fault))
-        rng = request.headers.get("Range", "")
+        rng = request.headers.get("Range") or request.headers.get("x-ms-range", "")
         for match, gate in list(self._gates):
             if not gate.is_set() and match(request.method, path, rng):
                 with self._lock:
@@ -233,7 +235,7 @@ class FaultProxy:
         ) as up:
             if request.method == "GET":
                 with self._lock:
-                    self.stats.answered.append((path, request.headers.get("Range", ""), up.status))
+                    self.stats.answered.append((path, rng, up.status))
             out_headers = {k: v for k, v in up.headers.items() if k.lower() not in _HOP}
             resp = web.StreamResponse(status=up.status, reason=up.reason, headers=out_headers)
             if up.content_length is None and "Content-Length" not in out_headers:
