@@ -206,7 +206,7 @@ class FaultProxy:
             with self._lock:
                 self.stats.faults[fault] += 1
                 self.stats.faulted.append((path, request.headers.get("Range", ""), fault))
-        rng = request.headers.get("Range") or request.headers.get("x-ms-range", "")
+        rng = request.headers.get("Range") or request.headers.get("x-ms-range") or ""
         for match, gate in list(self._gates):
             if not gate.is_set() and match(request.method, path, rng):
                 with self._lock:
