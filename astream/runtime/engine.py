@@ -674,8 +674,8 @@ class Engine:
         store = self.stores.get(shard.remote)
         offsets, spent = await self._range_offsets(parts, s)
         a, b = offsets[li], offsets[li + 1]
-        versions = parts.fetcher.versions
-        data = await versions.read(store, shard.remote, shard.raw_key, a, b, shard.etag)
+        versions, cached = parts.fetcher.versions, (shard.files.raw_path, shard.files.raw_size)
+        data = await versions.read(store, shard.remote, shard.raw_key, a, b, shard.etag, cached)
         stats.range_requests += 1
         stats.add_bytes(shard.remote, len(data))
         self._maybe_promote(parts, s, spent + len(data))
@@ -726,7 +726,9 @@ class Engine:
         head_key = shard.raw_key if meta is None else meta.raw_key
         etag = shard.etag if meta is None else meta.etag
         n = header_size(entry.samples)
-        head = await parts.fetcher.versions.read(store, shard.remote, head_key, 0, n, etag)
+        files = shard.files if meta is None else meta.files
+        cached = (files.raw_path, files.raw_size)
+        head = await parts.fetcher.versions.read(store, shard.remote, head_key, 0, n, etag, cached)
         parts.stats.range_requests += 1
         parts.stats.add_bytes(shard.remote, len(head))
         first = None if meta is None else 0  # split offsets index the data file from 0
@@ -914,6 +916,14 @@ class Engine:
                     keys.append((one.remote, one.raw_key))
         return self._parts().fetcher.versions.subset(keys)
 
+    def sweep_versions(self) -> None:
+        """In this process, compare the cache files of the shards it read by ranges that
+        another process has downloaded since (``Versions.sweep``); nothing before this
+        process has its parts."""
+        parts = self._local
+        if parts is not None and self._pid == os.getpid():
+            parts.fetcher.versions.sweep()
+
     def _lead_take(self) -> Any:
         """In a DataLoader worker whose loader's main process reads its first batch: this
         worker's read end (once per iteration); else None."""
@@ -940,10 +950,18 @@ class Engine:
         if payload is None or theirs != mine:
             return None
         parts = self._parts()
+        mine_v = parts.fetcher.versions
         for (remote, key), v in versions.items():  # the versions those bytes came from
             url = f"{remote.rstrip('/')}/{key}"
             how = "the main process read it for this worker's first batch at"
-            parts.fetcher.versions.keep((remote, key), [v], url, how)
+            mine_v.keep((remote, key), [v], url, how)
+        for s, _ in wants:  # their files, once any process of the node downloads them
+            for one in (self.catalog.shards[s], self.catalog.shards[s].meta):
+                if one is not None and one.remote is not None:
+                    url = f"{one.remote.rstrip('/')}/{one.raw_key}"
+                    mine_v.expect_file(
+                        (one.remote, one.raw_key), one.files.raw_path, one.files.raw_size, url
+                    )
         out = self._range_shards(parts, payload)
         parts.range_samples += sum(len(r.slot) for r in out.values())
         return out
@@ -987,6 +1005,7 @@ class Engine:
         :meth:`lead_first`)."""
         parts = self._parts()
         stats = parts.stats
+        versions = parts.fetcher.versions
 
         def check() -> None:
             if live is not None and not live[0]:
@@ -1001,7 +1020,8 @@ class Engine:
             assert remote is not None
             async with sem:
                 check()
-                data = await parts.fetcher.versions.read(store, remote, key, a, b, shard.etag)
+                cached = (shard.files.raw_path, shard.files.raw_size)
+                data = await versions.read(store, remote, key, a, b, shard.etag, cached)
             stats.range_requests += 1
             stats.add_bytes(remote, len(data))
             if len(data) != b - a:

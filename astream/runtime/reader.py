@@ -435,9 +435,13 @@ class ShardOpener:
             self.space.note_pin(h._pin.path, delta)
 
     def _check_version(self, s: int) -> None:
-        """A shard this process read by ranges is the version it read (when its file says)."""
+        """A shard this process read by ranges is the version it read (when its file says);
+        so is every other such shard whose file has appeared since (``Versions.sweep``)."""
         shard = self.catalog.shards[s]
-        if self.versions is None or shard.remote is None or shard.etag is not None:
+        if self.versions is None:
+            return
+        self.versions.sweep()
+        if shard.remote is None or shard.etag is not None:
             return
         if shard.zip_key is None:  # a compressed shard is never read by ranges
             key = (shard.remote, shard.raw_key)

@@ -21,8 +21,12 @@ first: every backend names the version it served (``seen``, see ``storage/base.p
   together with the bytes;
 * a downloaded shard file carries the version it came from as an extended attribute
   (``user.astream.version``, set on the temporary file before it is published), so a process
-  that read the shard by ranges and then finds the file that another process downloaded
-  compares the two when it first opens the file.
+  that read the shard by ranges compares the two as soon as the file is in the cache, whoever
+  downloaded it: when it opens the file, before it opens any other shard (:meth:`sweep`), and
+  -- the loader's process, which read the workers' first batches and opens no shard -- before
+  it hands out each batch. A worker whose first-batch samples of a shard are of one version
+  and another worker that downloads the next version then never get both into handed-out
+  batches, though the first worker never opens that file.
 
 Two versions anywhere is an :class:`~astream.errors.ObjectChangedError` naming both, and
 nothing of the second is published. Where the file system takes no extended attributes (or a
@@ -69,6 +73,8 @@ class Versions:
 
     def __init__(self) -> None:
         self._of: dict[Key, str] = {}
+        # read by ranges here, its cache file not yet compared: key -> (path, size, url)
+        self._unchecked: dict[Key, tuple[str, int, str]] = {}
         # keep() from the loop thread (reads, downloads) and the consumer's thread (hand-over)
         self._lock = threading.Lock()
 
@@ -90,15 +96,25 @@ class Versions:
         return {k: self._of[k] for k in keys if k in self._of}
 
     async def read(
-        self, store: Any, remote: str, key: str, start: int, end: int, etag: str | None
+        self,
+        store: Any,
+        remote: str,
+        key: str,
+        start: int,
+        end: int,
+        etag: str | None,
+        cached: tuple[str, int] | None = None,
     ) -> bytes:
         """Bytes ``[start, end)`` of ``key``: conditional on ``etag`` (an indexed identity)
         when given, else on the version this process read first, else unconditional with the
-        version the server names kept."""
+        version the server names kept. ``cached``: the (path, size) of the object's file in
+        the cache, to be compared once it is there (:meth:`expect_file`)."""
         if etag is not None:
             data: bytes = await store.get_range(key, start, end, etag=etag)
             return data
         k = (remote, key)
+        if cached is not None:
+            self.expect_file(k, cached[0], cached[1], store.url_for(key))
         pin = self._of.get(k)
         if pin is not None:
             try:
@@ -128,13 +144,47 @@ class Versions:
         """Before this process first reads the cached file at ``path``: when it read ``key``
         by ranges already, the file must hold that version (when the file names one)."""
         pin = self._of.get(key)
-        if pin is None:
+        if pin is None:  # no version read (the server names none): nothing to compare
+            with self._lock:
+                self._unchecked.pop(key, None)
             return
         try:
             v = os.getxattr(path, XATTR).decode()
         except OSError as exc:
-            if exc.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
-                return
-            raise
-        if not _same(pin, v):
+            if exc.errno not in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            v = None  # a file that names no version: nothing to compare, now or later
+        with self._lock:
+            self._unchecked.pop(key, None)
+        if v is not None and not _same(pin, v):
             raise rewritten(url, pin, v, "this process read it by ranges at")
+
+    def expect_file(self, key: Key, path: str, size: int, url: str) -> None:
+        """``key`` was read by ranges here and its file (``path``, ``size`` bytes) may appear
+        in the cache, downloaded by any process of the node: :meth:`sweep` compares it then,
+        even if this process never opens it (its other samples are another worker's)."""
+        with self._lock:
+            self._unchecked.setdefault(key, (path, size, url))
+
+    def sweep(self) -> None:
+        """Compare every file expected by :meth:`expect_file` that is now complete in the
+        cache with the version read here: an ObjectChangedError when it holds another. A
+        loader's process calls this before it hands out each batch, and every process before
+        it opens a shard, so a batch with samples of a file of another version than the
+        ranges read of it is never handed out."""
+        if not self._unchecked:
+            return
+        with self._lock:
+            items = list(self._unchecked.items())
+        for key, (path, size, url) in items:
+            try:
+                if os.stat(path).st_size != size:
+                    continue
+            except FileNotFoundError:
+                continue
+            self.check_file(path, key, url)
+
+    def unchecked(self) -> list[Key]:
+        """The objects read by ranges here whose cache files were not compared yet."""
+        with self._lock:
+            return list(self._unchecked)

@@ -414,10 +414,14 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
             pack.begin(ds, epoch, start, max(1, self.num_workers))
         try:
             count = batch_rows if self._columns else _batch_len
+            engine = ds.engine
             for batch in super().__iter__():
                 if pack is not None:
                     batch = pack.record(batch)
                 self.num_samples_yielded += count(batch)
+                # this process read the workers' first batches by ranges (runtime/lead.py):
+                # their shards' files, once downloaded by any worker, hold those versions
+                engine.sweep_versions()
                 yield batch
             if pack is not None:
                 pack.done = True

@@ -65,9 +65,11 @@ def _run(
     workers: int,
     rewrite: bool,
     ranged: set[str] | None = None,
+    main: list[Any] | None = None,
 ) -> list[tuple[int, bytes]]:
     """The epoch's (id, bytes), the downloads held until the first batch is out and the
-    dataset is rewritten (``rewrite``); ``ranged`` gets the shards read by ranges before."""
+    dataset is rewritten (``rewrite``); ``ranged`` gets the shards read by ranges before,
+    ``main`` the loader's process's versions after the first batch and at the end."""
     one, two = versions
     url = cloud.upload(one, "rw")
     sizes = shard_sizes(one)
@@ -85,11 +87,15 @@ def _run(
         if ranged is not None:
             names = (path.rsplit("/", 1)[-1] for path, _, _ in proxy.stats.answered)
             ranged.update(n for n in names if n in sizes)
+        if main is not None:
+            main.append(dict(ds.engine._parts().fetcher.versions._unchecked))
         if rewrite:
             upload(two, url, **cloud.options())  # in place: same keys, sizes and index
         gate.set()
         for b in it:
             got += [(int(i), bytes(d)) for i, d in zip(b["id"], b["data"])]
+        if main is not None:
+            main.append(ds.engine._parts().fetcher.versions.unchecked())
     finally:
         gate.set()
         del it
@@ -140,9 +146,14 @@ def test_no_rewrite_no_error(
 ) -> None:
     """The same run with nothing rewritten: every sample once, of the one version (the held
     downloads, then conditional on the versions the ranges named, are not refused)."""
-    got = _run(cloud, two_versions, make_proxy, str(tmp_path / "c"), 2, rewrite=False)
+    main: list[Any] = []
+    got = _run(cloud, two_versions, make_proxy, str(tmp_path / "c"), 2, rewrite=False, main=main)
     assert sorted(i for i, _ in got) == list(range(N))
     assert all(d == big(i) for i, d in got)
+    # the loader's process read the workers' first batches by ranges, and compared every one
+    # of those shards' files, which only the workers opened, before the epoch's last batch
+    after_first, at_end = main
+    assert after_first and at_end == []
 
 
 def test_fresh_job_reads_the_new_version(
@@ -183,6 +194,27 @@ def test_a_file_of_another_version_is_refused_where_ranges_were_read(
     with pytest.raises(ObjectChangedError, match="this process read it by ranges at version"):
         ds[1]
     assert bytes(other[1]["data"]) == flipped(1)
+
+
+def test_a_file_of_another_version_is_refused_before_another_shard_opens(
+    cloud: Cloud, two_versions: tuple[str, str], tmp_path: Any
+) -> None:
+    """As above, but the engine that read shard 0 by ranges next reads shard 1, from a file
+    the other engine downloaded: before it opens any shard it compares the files of every
+    shard it read by ranges that have appeared since, so shard 0's is refused although
+    this engine never opens it (its other samples may be another worker's)."""
+    one, two = two_versions
+    url = cloud.upload(one, "rw")
+    opts = cloud.options()
+    cache = str(tmp_path / "c")
+    ds = dataset(url, opts, cache, 8, shuffle=False)
+    assert bytes(ds[0]["data"]) == big(0)  # shard 0, by ranges
+    upload(two, url, **opts)
+    other = dataset(url, opts, cache, 8, shuffle=False)
+    assert other.prepare_shard(0) and other.prepare_shard(1)
+    first_of_1 = ds.engine.catalog.entries[0].samples
+    with pytest.raises(ObjectChangedError, match=r"shard\.00000\.mds"):
+        ds[first_of_1]
 
 
 class _Mirrors:

@@ -222,7 +222,9 @@ async def test_a_read_fixes_the_version_the_process_reads(
     key = (store.url, "pin.bin")
     refused = r"this process read it earlier at version \S+, then another"
     try:
-        assert await fetcher.versions.read(store, store.url, "pin.bin", 0, 100, None) == SMALL[:100]
+        cached = (shard.files.raw_path, len(SMALL))
+        got = await fetcher.versions.read(store, store.url, "pin.bin", 0, 100, None, cached)
+        assert got == SMALL[:100]
         first = fetcher.versions.of(key)
         assert first
         again = await fetcher.versions.read(store, store.url, "pin.bin", 100, 300, None)
@@ -249,9 +251,14 @@ async def test_a_read_fixes_the_version_the_process_reads(
     assert os.getxattr(shard.files.raw_path, XATTR) == fresh.versions.of(key).encode()
     assert fresh.versions.of(key) != first
     # the first process now meets the other's file: the version it names is not its own
+    assert fetcher.versions.unchecked() == [key]
+    with pytest.raises(ObjectChangedError, match="read it by ranges at version"):
+        fetcher.versions.sweep()
+    assert fetcher.versions.unchecked() == []
     with pytest.raises(ObjectChangedError, match="read it by ranges at version"):
         fetcher.versions.check_file(shard.files.raw_path, key, "pin.bin")
     fresh.versions.check_file(shard.files.raw_path, key, "pin.bin")  # its own: no error
+    fresh.versions.sweep()
 
 
 def test_versions_keep_one_version() -> None:
