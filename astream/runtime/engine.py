@@ -674,8 +674,8 @@ class Engine:
         store = self.stores.get(shard.remote)
         offsets, spent = await self._range_offsets(parts, s)
         a, b = offsets[li], offsets[li + 1]
-        versions, cached = parts.fetcher.versions, (shard.files.raw_path, shard.files.raw_size)
-        data = await versions.read(store, shard.remote, shard.raw_key, a, b, shard.etag, cached)
+        versions = parts.fetcher.versions
+        data = await versions.read(store, shard.remote, shard.raw_key, a, b, shard.etag)
         stats.range_requests += 1
         stats.add_bytes(shard.remote, len(data))
         self._maybe_promote(parts, s, spent + len(data))
@@ -726,9 +726,7 @@ class Engine:
         head_key = shard.raw_key if meta is None else meta.raw_key
         etag = shard.etag if meta is None else meta.etag
         n = header_size(entry.samples)
-        files = shard.files if meta is None else meta.files
-        cached = (files.raw_path, files.raw_size)
-        head = await parts.fetcher.versions.read(store, shard.remote, head_key, 0, n, etag, cached)
+        head = await parts.fetcher.versions.read(store, shard.remote, head_key, 0, n, etag)
         parts.stats.range_requests += 1
         parts.stats.add_bytes(shard.remote, len(head))
         first = None if meta is None else 0  # split offsets index the data file from 0
@@ -1020,6 +1018,8 @@ class Engine:
             assert remote is not None
             async with sem:
                 check()
+                # an iteration's first samples: their shard's file is compared once it is in
+                # the cache (Versions.sweep); a random read's (aget_range) only if opened
                 cached = (shard.files.raw_path, shard.files.raw_size)
                 data = await versions.read(store, remote, key, a, b, shard.etag, cached)
             stats.range_requests += 1
