@@ -283,8 +283,12 @@ def test_dense_batches_read_whole_shards(
     """Unshuffled, a batch is a run of consecutive samples: its ranges would be most of its
     shards, which their downloads then read again. At the default ``range_share`` such a batch
     waits for the downloads instead, in the process that iterates and in the loader's main
-    process alike: not one range GET, every shard fetched once, each byte once. With the share
-    raised (the control), the same iteration reads its first batches by ranges."""
+    process alike: every shard fetched whole once, and ranges only where a batch wants a few
+    samples of a shard still downloading while its other shards are complete (timing: one
+    such batch in some runs under load), under a quarter of the data in all. With the share
+    raised (the control), the same iteration reads its first batches by ranges: over four
+    times those bytes (12-16% of the data here at 0 workers, 40-50% at 2; the later first
+    batches find their shards downloaded)."""
     proxy = make_proxy(s3_server.url)
     sizes = shard_sizes(big_src)
 
@@ -296,18 +300,25 @@ def test_dense_batches_read_whole_shards(
             return [int(x) for b in ld for x in b["id"]]
         return [int(s["id"]) for s in ds]
 
+    def ranged_bytes() -> int:
+        total = 0
+        for _, rng in range_gets(proxy, sizes):
+            a, b = rng.split("=")[1].split("-")
+            total += int(b) + 1 - int(a)
+        return total
+
+    data = sum(sizes.values())
     proxy.reset_stats()
     got = run(0.25, "dense")
     assert got == list(range(N))
-    assert range_gets(proxy, sizes) == []
-    assert shard_gets(proxy, sizes) == len(sizes)
-    assert sum(proxy.stats.bytes[p] for p in proxy.stats.bytes if "shard." in p) == sum(
-        sizes.values()
-    )
+    ranged = ranged_bytes()
+    assert ranged <= data // 4, range_gets(proxy, sizes)
+    assert shard_gets(proxy, sizes) - len(range_gets(proxy, sizes)) == len(sizes)  # whole, once
+    assert sum(proxy.stats.bytes[p] for p in proxy.stats.bytes if "shard." in p) == data + ranged
     check_cache(str(tmp_path / "dense"), sizes)
     proxy.reset_stats()
     assert run(1.0, "control") == got
-    assert range_gets(proxy, sizes)
+    assert ranged * 4 <= ranged_bytes()
 
 
 def cache_bytes(local: str) -> int:
