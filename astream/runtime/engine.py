@@ -903,15 +903,23 @@ class Engine:
                 if not done:  # cancelled (the loop shutting down): no worker waits
                     lead.send(writers[w], per_worker[w], None, {})
 
-    def _versions_of(self, wants: list[tuple[int, list[int]]]) -> dict[tuple[str, str], str]:
-        """The versions this process read of the objects of ``wants``' shards (their data
-        and split meta files): what the worker it reads them for must read too."""
-        keys = []
+    def _objects_of(
+        self, wants: list[tuple[int, list[int]]]
+    ) -> list[tuple[tuple[str, str], RemoteShard]]:
+        """The remote objects read by ranges for ``wants`` (each shard's data file and, for
+        a split shard, its meta file), with their keys in ``Versions``."""
+        out = []
         for s, _ in wants:
             shard = self.catalog.shards[s]
             for one in (shard, shard.meta):
                 if one is not None and one.remote is not None:
-                    keys.append((one.remote, one.raw_key))
+                    out.append(((one.remote, one.raw_key), one))
+        return out
+
+    def _versions_of(self, wants: list[tuple[int, list[int]]]) -> dict[tuple[str, str], str]:
+        """The versions this process read of the objects of ``wants``' shards: what the
+        worker it reads them for must read too."""
+        keys = [k for k, _ in self._objects_of(wants)]
         return self._parts().fetcher.versions.subset(keys)
 
     def sweep_versions(self) -> None:
@@ -949,17 +957,13 @@ class Engine:
             return None
         parts = self._parts()
         mine_v = parts.fetcher.versions
-        for (remote, key), v in versions.items():  # the versions those bytes came from
-            url = f"{remote.rstrip('/')}/{key}"
-            how = "the main process read it for this worker's first batch at"
-            mine_v.keep((remote, key), [v], url, how)
-        for s, _ in wants:  # their files, once any process of the node downloads them
-            for one in (self.catalog.shards[s], self.catalog.shards[s].meta):
-                if one is not None and one.remote is not None:
-                    url = f"{one.remote.rstrip('/')}/{one.raw_key}"
-                    mine_v.expect_file(
-                        (one.remote, one.raw_key), one.files.raw_path, one.files.raw_size, url
-                    )
+        how = "the main process read it for this worker's first batch at"
+        for k, one in self._objects_of(wants):
+            v = versions.get(k)
+            if v is not None:  # the version those bytes came from
+                mine_v.keep(k, [v], one.url(), how)
+            # and their files, once any process of the node downloads them
+            mine_v.expect_file(k, one.files.raw_path, one.files.raw_size, one.url())
         out = self._range_shards(parts, payload)
         parts.range_samples += sum(len(r.slot) for r in out.values())
         return out

@@ -34,7 +34,7 @@ from astream.errors import FormatError, IntegrityError, ObjectChangedError, Obje
 from astream.runtime.cache import TMP_MARK, CacheSpace, ShardFiles, disk_error
 from astream.runtime.locks import FileLock
 from astream.runtime.stats import Stats
-from astream.runtime.versions import Versions, rewritten
+from astream.runtime.versions import Versions, refused
 from astream.storage.base import ObjectStore
 
 __all__ = ["RemoteShard", "ShardFetcher", "is_complete"]
@@ -343,8 +343,7 @@ class ShardFetcher:
             except ObjectChangedError as exc:
                 if pin is None:
                     raise
-                how = "this process read it earlier at"
-                raise rewritten(url, pin, "another", how) from exc
+                raise refused(url, pin) from exc
             versions = sorted({x.strip('"') for x in seen or ()})
             if len(versions) > 1:
                 raise ObjectChangedError(

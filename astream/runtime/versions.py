@@ -44,7 +44,7 @@ from typing import Any
 
 from astream.errors import ObjectChangedError
 
-__all__ = ["XATTR", "Versions", "rewritten"]
+__all__ = ["XATTR", "Versions", "refused", "rewritten"]
 
 XATTR = "user.astream.version"
 
@@ -65,6 +65,12 @@ def rewritten(url: str, first: str, then: str, how: str) -> ObjectChangedError:
         "in place under a running job",
         url,
     )
+
+
+def refused(url: str, pin: str) -> ObjectChangedError:
+    """A read conditional on the version this process read first was refused: the server
+    holds another (its identity never came back)."""
+    return rewritten(url, pin, "another", "this process read it earlier at")
 
 
 class Versions:
@@ -120,9 +126,7 @@ class Versions:
             try:
                 data = await store.get_range(key, start, end, etag=pin)
             except ObjectChangedError as exc:
-                raise rewritten(
-                    store.url_for(key), pin, "another", "this process read it earlier at"
-                ) from exc
+                raise refused(store.url_for(key), pin) from exc
             return data
         seen: list[str] = []
         data = await store.get_range(key, start, end, seen=seen)
