@@ -73,12 +73,14 @@ class _WorkerHook:
         if info is not None:
             ds = info.dataset
             stop = threading.Event()
+            lock = threading.Lock()  # the periodic and the final publish, one at a time
 
             def publish() -> None:
-                try:
-                    _write(self.directory, process_record(ds, worker_id))
-                except OSError:
-                    pass  # the run ended and the directory is gone: nothing to report to
+                with lock:
+                    try:
+                        _write(self.directory, process_record(ds, worker_id))
+                    except OSError:
+                        pass  # the run ended and the directory is gone: nothing to report to
 
             def loop() -> None:
                 while not stop.wait(self.interval):

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,8 +58,10 @@ def new_job_dir(override: str | None = None) -> str:
 
 
 def write_json(path: str, obj: Any) -> None:
-    """Replace ``path`` with ``obj`` as JSON, atomically for readers."""
-    tmp = f"{path}.{os.getpid()}.tmp"
+    """Replace ``path`` with ``obj`` as JSON, atomically for readers. The temporary file is
+    this thread's own: two threads of a process replacing one record at once (a worker's
+    periodic publish and its final one) never write into each other's file."""
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     with open(tmp, "w") as f:
         json.dump(obj, f)
     os.replace(tmp, path)

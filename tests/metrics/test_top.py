@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 from astream.errors import StorageTimeoutError, ThrottledError
 from astream.storage.common import error_for_status
@@ -121,3 +122,49 @@ async def test_timeout_counted_by_the_store(http_root, http_server, make_proxy):
         assert dict(store.causes) == {"timeout": 2} and store.retries == 2  # 3 tries, 2 retried
     finally:
         await store.aclose()
+
+
+def test_two_threads_replacing_one_record_never_leave_it_torn(tmp_path: Any) -> None:
+    """A DataLoader worker publishes its record from a thread every ``interval`` and once more
+    from its exit hook: both replace one file. Each record read after any write is whole
+    JSON, and no write fails (with one temporary file per process, one thread's rename took
+    the other's file away, or published it half written: a worker's final figures lost)."""
+    import json
+    import threading
+
+    from astream.metrics.registry import write_json
+
+    path = str(tmp_path / "proc-1.json")
+    errors: list[BaseException] = []
+    torn: list[str] = []
+    start = threading.Barrier(3)
+
+    def writer(tag: int) -> None:
+        start.wait()
+        try:
+            for i in range(300):
+                write_json(path, {"tag": tag, "i": i, "pad": "x" * 20_000})
+        except BaseException as exc:
+            errors.append(exc)
+
+    def reader() -> None:
+        start.wait()
+        for _ in range(600):
+            try:
+                with open(path) as f:
+                    text = f.read()
+            except FileNotFoundError:
+                continue
+            try:
+                json.loads(text)
+            except ValueError:
+                torn.append(text[-40:])
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in (0, 1)]
+    threads.append(threading.Thread(target=reader))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and torn == []
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")] == []
