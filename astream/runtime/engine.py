@@ -81,7 +81,7 @@ from astream.runtime.reader import (
 )
 from astream.runtime.stats import Stats, Stopwatch
 from astream.runtime.stores import StorePool
-from astream.runtime.versions import Versions
+from astream.runtime.versions import Board, Versions
 
 __all__ = ["Engine"]
 
@@ -186,6 +186,10 @@ class Engine:
         self._first_of_others: list[int] = []
         self._pid = -1
         self._local: _ProcessParts | None = None
+        # the versions this dataset's processes fix, shared on the node (runtime/versions.py);
+        # its directory goes with the dataset: deleted by the process that built it
+        self.board = Board.new(min(s.local for s in catalog.sources))
+        weakref.finalize(self, _remove_board, self.board, os.getpid())
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -220,6 +224,7 @@ class Engine:
                 self.stores.get,
                 validate_hash=self.validate_hash,
                 keep_zip=self.keep_zip,
+                board=self.board,
             )
             opener = self._opener(space, stats, fetcher.versions)
             parts = _ProcessParts(stats, space, fetcher, opener)
@@ -1308,6 +1313,13 @@ def _page_layout(entry: Any) -> Any:
 
 class _IterationOver(Exception):
     """The loader's iteration ended while its workers' first batches were being read."""
+
+
+def _remove_board(board: Board, pid: int) -> None:
+    """An engine's board, once the engine is gone, in the process that built it only (a
+    forked worker inherits the finalizer, never the board's ownership)."""
+    if os.getpid() == pid:
+        board.remove()
 
 
 def _forget_read(reads: dict[int, Any], s: int, task: Any) -> None:

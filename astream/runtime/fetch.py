@@ -34,7 +34,7 @@ from astream.errors import FormatError, IntegrityError, ObjectChangedError, Obje
 from astream.runtime.cache import TMP_MARK, CacheSpace, ShardFiles, disk_error
 from astream.runtime.locks import FileLock
 from astream.runtime.stats import Stats
-from astream.runtime.versions import Versions, refused
+from astream.runtime.versions import Board, Versions, refused
 from astream.storage.base import ObjectStore
 
 __all__ = ["RemoteShard", "ShardFetcher", "is_complete"]
@@ -84,6 +84,7 @@ class ShardFetcher:
         keep_zip: bool = False,
         part_size: int = 8 << 20,
         part_concurrency: int = 8,
+        board: Board | None = None,
     ) -> None:
         self.space = space
         self.stats = stats
@@ -93,7 +94,8 @@ class ShardFetcher:
         self.part_size = part_size
         self.part_concurrency = part_concurrency
         # the version of each object without an indexed identity this process read first
-        self.versions = Versions()
+        # (and those its dataset's other processes fixed: ``board``, runtime/versions.py)
+        self.versions = Versions(board)
 
     async def download(self, shard: RemoteShard, *, block: bool = True) -> bool:
         """Make the shard's raw file present. False only if ``block`` is false and the cache
@@ -343,7 +345,7 @@ class ShardFetcher:
             except ObjectChangedError as exc:
                 if pin is None:
                     raise
-                raise refused(url, pin) from exc
+                raise refused(url, pin, self.versions.how(k)) from exc
             versions = sorted({x.strip('"') for x in seen or ()})
             if len(versions) > 1:
                 raise ObjectChangedError(

@@ -18,6 +18,7 @@ import time
 import uuid
 from typing import Any
 
+import numpy as np
 import pytest
 
 from astream import StreamingDataLoader
@@ -295,3 +296,173 @@ def test_mirrors_whose_etags_differ(two_versions: tuple[str, str], tmp_path: Any
         assert m.requests > len(shard_sizes(one))  # ranges, then downloads
     assert sorted(i for i, _ in got) == list(range(N))
     assert all(d == big(i) for i, d in got)
+
+
+def _twin(ds: Any) -> Any:
+    """``ds`` as one of its DataLoader workers has it (pickled): its own process parts, its
+    dataset's board (``runtime/versions.py``)."""
+    import pickle
+
+    twin = pickle.loads(pickle.dumps(ds))
+    assert twin.engine.board.path == ds.engine.board.path
+    return twin
+
+
+def test_another_process_of_the_dataset_downloads_only_its_version(
+    cloud: Cloud, two_versions: tuple[str, str], make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """Shard 0's first samples are read by ranges in one process; the dataset is rewritten;
+    another process of the same dataset (a worker of a plain torch DataLoader, which gets no
+    versions from its loader), having read nothing of shard 0, downloads it. Its download is
+    conditional on the version on the dataset's board: refused, and nothing of the second
+    version is in the cache. A new dataset (another job) on the same cache downloads it."""
+    from astream import bridge
+
+    one, two = two_versions
+    sizes = shard_sizes(one)
+    url = cloud.upload(one, "rw")
+    opts = cloud.options()
+    proxy = make_proxy(cloud.server.url)
+    cache = str(tmp_path / "c")
+    ds = dataset(url, cloud.via(proxy), cache, 8, shuffle=False)
+    twin = _twin(ds)
+    got = bridge.run(ds.engine._range_batch([(0, [0, 1])]))
+    assert bytes(got[0].sample(1)["data"]) == big(1)
+    upload(two, url, **opts)
+    path = ds.engine.catalog.shards[0].files.raw_path
+    with pytest.raises(
+        ObjectChangedError, match=r"another process of this job read it at version \S+, then"
+    ):
+        twin.prepare_shard(0)
+    whole = _held_downloads(sizes)
+    downloads = [r for r in proxy.stats.answered if whole("GET", r[0], r[1])]
+    assert len(downloads) == 1
+    if cloud.name != "gcs":  # fake-gcs-server ignores ifGenerationMatch (the client refuses)
+        assert downloads[0][2] == 412  # conditional on the board's version: refused by the server
+    assert not os.path.exists(path)
+    assert _tmps(cache) == []
+    other = dataset(url, opts, cache, 8, shuffle=False)  # another job: its own board
+    assert other.prepare_shard(0)
+    assert bytes(other[1]["data"]) == flipped(1)
+    with pytest.raises(ObjectChangedError, match="another process of this job read it at"):
+        twin[1]  # the twin's next read of shard 0 opens that file: not this job's version
+
+
+def test_a_download_begun_before_the_board_named_a_version_is_refused(
+    cloud: Cloud, two_versions: tuple[str, str], make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """One process of a dataset starts downloading shard 0 (nothing on the board yet: the
+    download is unconditional), and its GET is held at the proxy; another process reads shard
+    0's first samples by ranges (the first version, put on the board); the dataset is
+    rewritten; the download goes on and brings the second version. It is refused when it
+    ends, before it is published."""
+    import threading
+
+    from astream import bridge
+
+    one, two = two_versions
+    sizes = shard_sizes(one)
+    url = cloud.upload(one, "rw")
+    proxy = make_proxy(cloud.server.url)
+    gate = proxy.hold(_held_downloads(sizes))
+    cache = str(tmp_path / "c")
+    ds = dataset(url, cloud.via(proxy), cache, 8, shuffle=False)
+    twin = _twin(ds)
+    errors: list[BaseException] = []
+
+    def download() -> None:
+        try:
+            twin.prepare_shard(0)
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=download)
+    try:
+        t.start()
+        deadline = time.monotonic() + 30
+        while not proxy.stats.held and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proxy.stats.held  # the download's GET is at the proxy, sent before any pin
+        got = bridge.run(ds.engine._range_batch([(0, [0, 1])]))
+        assert bytes(got[0].sample(0)["data"]) == big(0)
+        upload(two, url, **cloud.options())
+    finally:
+        gate.set()
+        t.join(60)
+    assert len(errors) == 1 and isinstance(errors[0], ObjectChangedError), errors
+    assert re.search(
+        r"another process of this job read it at version \S+, then \S+", str(errors[0])
+    )
+    path = ds.engine.catalog.shards[0].files.raw_path
+    assert not os.path.exists(path)
+
+
+def test_a_plain_dataloader_never_mixes_versions_of_a_shard(
+    cloud: Cloud, two_versions: tuple[str, str], make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """The whole scenario through a plain torch ``DataLoader`` with 2 workers (no main
+    process reading their first batches, so no versions handed to them): each worker reads
+    its first batch by ranges, the downloads are held until the dataset is rewritten. The
+    epoch ends in an ObjectChangedError, and no shard has samples of both versions among
+    the batches handed out before it. (The loader hands out its workers' batches in turn and
+    each worker compares the files that appeared before it opens a shard, so this run is
+    exact without the board too; the board's own part is shown by the two tests above.)"""
+    from torch.utils.data import DataLoader
+
+    one, two = two_versions
+    sizes = shard_sizes(one)
+    url = cloud.upload(one, "rw")
+    proxy = make_proxy(cloud.server.url)
+    gate = proxy.hold(_held_downloads(sizes))
+    cache = str(tmp_path / "c")
+    ds = dataset(url, cloud.via(proxy), cache, 8)
+    got: list[tuple[int, bytes]] = []
+    it = iter(DataLoader(ds, batch_size=16, num_workers=2))
+    try:
+        with pytest.raises(ObjectChangedError, match="rewritten while this job reads it"):
+            first = next(it)
+            got += [(int(i), bytes(d)) for i, d in zip(first["id"], first["data"])]
+            upload(two, url, **cloud.options())
+            gate.set()
+            for b in it:
+                got += [(int(i), bytes(d)) for i, d in zip(b["id"], b["data"])]
+    finally:
+        gate.set()
+        del it
+    assert got and all(d == big(i) for i, d in got[:16])  # the first batch: by ranges, before
+    versions: dict[int, set[bool]] = {}
+    for i, d in got:
+        assert d in (big(i), flipped(i)), i
+        s = int(np.searchsorted(ds.engine.catalog.starts, i, side="right")) - 1
+        versions.setdefault(s, set()).add(d == big(i))
+    mixed = [s for s, v in versions.items() if len(v) > 1]
+    assert not mixed, mixed
+    # the workers (forked: they inherit the dataset's finalizer) left the board in place
+    assert os.listdir(ds.engine.board.path)
+
+
+def test_the_board_goes_with_its_dataset(
+    two_versions: tuple[str, str], s3_server: Any, s3_bucket: str, tmp_path: Any
+) -> None:
+    """A dataset's board is on the node while the dataset lives (a copy going away leaves
+    it), and is deleted with the dataset."""
+    import gc
+
+    from astream import bridge
+
+    one, _ = two_versions
+    url = f"{s3_bucket}/rw-{uuid.uuid4().hex[:8]}"
+    opts = {"endpoint_url": s3_server.url, "region": "us-east-1", "path_style": True}
+    upload(one, url, **opts)
+    ds = dataset(url, opts, str(tmp_path / "c"), 8, shuffle=False)
+    board = ds.engine.board.path
+    assert board.startswith(os.path.join(str(tmp_path / "c"), ".astream", "versions", ""))
+    bridge.run(ds.engine._range_batch([(0, [0])]))
+    assert len(os.listdir(board)) == 1  # shard 0's version, and no temporary file
+    twin = _twin(ds)
+    del twin
+    gc.collect()
+    assert len(os.listdir(board)) == 1
+    del ds
+    gc.collect()
+    assert not os.path.exists(board)

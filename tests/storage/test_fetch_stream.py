@@ -275,3 +275,35 @@ def test_versions_keep_one_version() -> None:
         v.keep(k, ["abc", '"def"'], "u", "came from at")
     assert v.of(k) == '"abc"'
     assert v.subset([k, ("s3://b/p", "other")]) == {k: '"abc"'}
+
+
+def test_a_board_shares_the_first_version(tmp_path: Any) -> None:
+    """Two processes' ``Versions`` on one board: the second adopts the first's version, a
+    version read later that is not the board's is refused (naming both), and a board that
+    cannot be made (its directory under a file) changes nothing."""
+    from astream.errors import ObjectChangedError
+    from astream.runtime.versions import Board, Versions
+
+    board = Board.new(str(tmp_path))
+    k = ("s3://b/p", "shard.00000.mds")
+    one, two = Versions(board), Versions(board)
+    assert two.of(k) is None
+    one.keep(k, ['"abc"'], "u")
+    assert two.of(k) == '"abc"'  # adopted from the board
+    assert two.how(k) == "another process of this job read it at"
+    three = Versions(board)
+    with pytest.raises(
+        ObjectChangedError, match=r"another process of this job read it at version abc, then def"
+    ):
+        three.keep(k, ['"def"'], "u")
+    assert three.of(k) == '"abc"'  # the job's version stays the board's
+    assert board.claim(k, "abc") == '"abc"'
+    board.remove()
+    assert not os.path.exists(board.path)
+
+    (tmp_path / "file").write_bytes(b"")
+    nowhere = Board(str(tmp_path / "file" / "board"))
+    lone = Versions(nowhere)
+    lone.keep(k, ['"abc"'], "u")
+    assert lone.of(k) == '"abc"' and nowhere.lookup(k) is None
+    assert Versions(nowhere).of(k) is None
