@@ -7,7 +7,10 @@ Theory of operation
    - *relative*: every stream has ``proportion``. The epoch has ``epoch_size`` samples (default:
      the sum of the stream sizes); stream ``s`` gets ``floor(epoch_size * p_s / sum(p))`` and
      the shortfall goes one sample each to the streams with the largest fractional parts (ties:
-     lower stream index first). Deterministic, no RNG.
+     lower stream index first). Deterministic, no RNG. With a reference shuffle algorithm, the
+     shortfall goes instead to streams drawn as the reference draws them (its
+     ``Stream.apply_weights``: ``default_rng(shuffle_seed).choice``), so the same streams get
+     the extra samples as in the reference.
    - *absolute*: each stream has ``repeat`` (``floor(repeat * size)`` samples), ``choose`` (that
      many) or nothing (its size). ``epoch_size`` is then not allowed.
    - *unspecified* weights with ``epoch_size``: proportional to the stream sizes.
@@ -41,7 +44,14 @@ from numpy.typing import NDArray
 from astream.core.shuffle import PURPOSE_PARTIAL, permutation, raw_words
 from astream.errors import ConfigError
 
-__all__ = ["PartialSelection", "Pieces", "build_pieces", "choose_per_stream", "largest_remainder"]
+__all__ = [
+    "PartialSelection",
+    "Pieces",
+    "build_pieces",
+    "choose_per_stream",
+    "largest_remainder",
+    "reference_split",
+]
 
 I64 = NDArray[np.int64]
 
@@ -58,14 +68,34 @@ def largest_remainder(total: int, weights: NDArray[np.float64]) -> I64:
     return base
 
 
+def reference_split(total: int, weights: NDArray[np.float64], seed: int) -> I64:
+    """Split ``total`` in proportion to ``weights`` as the reference's
+    ``Stream.apply_weights`` does: normalise, ``int(total * share)`` each, then the shortfall
+    to that many distinct streams drawn by ``numpy.random.default_rng(seed)`` (its
+    ``shuffle_seed``), whatever their fractional parts."""
+    share = np.array(weights, np.float64)
+    share /= share.sum()
+    base: I64 = (total * share).astype(np.int64)
+    short = total - int(base.sum())
+    if not 0 <= short <= len(share):
+        raise ConfigError(f"epoch_size={total} cannot be split over weights {weights.tolist()}")
+    rng = np.random.default_rng(seed)
+    base[rng.choice(len(share), short, False)] += 1
+    return base
+
+
 def choose_per_stream(
     sizes: list[int],
     proportions: list[float | None],
     repeats: list[float | None],
     chooses: list[int | None],
     epoch_size: int | None,
+    reference_seed: int | None = None,
 ) -> I64:
-    """How many samples each stream contributes per epoch (see the module docstring)."""
+    """How many samples each stream contributes per epoch (see the module docstring).
+    ``reference_seed``: a reference shuffle algorithm's ``shuffle_seed``; relative weights
+    (and an ``epoch_size`` over unweighted streams) are then split as the reference splits
+    them (:func:`reference_split`), else by largest remainder."""
     n = len(sizes)
     relative = [p is not None for p in proportions]
     if any(relative) and not all(relative):
@@ -82,10 +112,14 @@ def choose_per_stream(
             if props[s] > 0 and sizes[s] == 0:
                 raise ConfigError(f"streams[{s}]: proportion={props[s]} but the stream is empty")
         total = sum(sizes) if epoch_size is None else epoch_size
+        if reference_seed is not None:
+            return reference_split(total, props, reference_seed)
         return largest_remainder(total, props)
     if epoch_size is not None:
         if any(r is not None for r in repeats) or any(c is not None for c in chooses):
             raise ConfigError("epoch_size: only allowed with relative (proportion) weights")
+        if reference_seed is not None:
+            return reference_split(epoch_size, np.array(sizes, np.float64), reference_seed)
         return largest_remainder(epoch_size, np.array(sizes, np.float64))
     out = np.zeros(n, np.int64)
     for s in range(n):

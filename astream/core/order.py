@@ -229,6 +229,7 @@ def plan_epoch(
         [s.repeat for s in streams],
         [s.choose for s in streams],
         epoch_size,
+        reference_seed=seed if reference else None,
     )
     if int(chosen.sum()) == 0:
         raise ConfigError("streams: the weights choose no sample at all for this epoch")

@@ -605,6 +605,7 @@ def _chosen(specs: list[StreamSpec], cfg: DatasetConfig) -> tuple[list[int], Any
         [s.repeat for s in specs],
         [s.choose for s in specs],
         cfg.epoch_size,
+        reference_seed=None if cfg.shuffle_algo == "astream" else cfg.shuffle_seed,
     )
     return sizes, chosen
 
