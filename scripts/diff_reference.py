@@ -2,7 +2,8 @@
 """Differential run against the reference: random dataset configurations, astream beside
 mosaicml-streaming 0.13.0, sample for sample.
 
-Usage:  python scripts/diff_reference.py [--cases 100] [--seed 1] [--modes iter,loader,resume]
+Usage:  python scripts/diff_reference.py [--cases 100] [--seed 1]
+        [--modes iter,loader,resume,dlresume]
         [--peer-python .bench/peers-venv/bin/python] [--keep DIR]
 
 It writes three small MDS streams (97, 53 and 211 samples, shards of 4-40 samples) with
@@ -18,7 +19,10 @@ this python, the reference in ``--peer-python``, the harness's peers venv), then
 - ``loader``: the ids a plain torch ``DataLoader`` yields batch by batch over two epochs, with
   1-3 workers and ``drop_last`` drawn too;
 - ``resume``: ``state_dict(n, True)`` after a drawn ``n`` of epoch 0, loaded into a new
-  dataset: the rest of epoch 0 and all of epoch 1, and the state's reference keys.
+  dataset: the rest of epoch 0 and all of epoch 1, and the state's reference keys;
+- ``dlresume``: a ``StreamingDataLoader`` (1-3 workers) stopped after a drawn number of
+  batches, its ``state_dict()`` loaded into a new dataset's loader: the batches of the rest of
+  epoch 0 and of epoch 1.
 
 A configuration that one library refuses must be refused by the other, except ``KNOWN``: the
 reference's own refusals that astream does not repeat (docs/migrating.md says why), counted
@@ -94,6 +98,11 @@ def _ids(batch: list[dict[str, Any]]) -> list[int]:
     return [int(s["id"]) for s in batch]
 
 
+def _column(batch: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """A batch as the reference's StreamingDataLoader counts it (the length of a column)."""
+    return {"id": _ids(batch)}
+
+
 def inner(lib: str, path: str, modes: list[str]) -> None:
     """Run every configuration of ``path`` in this process with ``lib``; write the results."""
     import gc
@@ -101,9 +110,9 @@ def inner(lib: str, path: str, modes: list[str]) -> None:
 
     warnings.simplefilter("ignore")
     if lib == "reference":
-        from streaming import Stream, StreamingDataset
+        from streaming import Stream, StreamingDataLoader, StreamingDataset
     else:
-        from astream import Stream, StreamingDataset
+        from astream import Stream, StreamingDataLoader, StreamingDataset
     from torch.utils.data import DataLoader
 
     with open(path) as f:
@@ -133,6 +142,24 @@ def inner(lib: str, path: str, modes: list[str]) -> None:
                     )
                     got[mode] = [list(dl) for _ in range(2)]
                     del dl
+                elif mode == "dlresume":
+                    ds = build()
+
+                    def loader(d: Any, bs: int = kw["batch_size"], w: int = cfg["_workers"]) -> Any:
+                        return StreamingDataLoader(
+                            d, batch_size=bs, num_workers=w, collate_fn=_column
+                        )
+
+                    first = loader(ds)
+                    it = iter(first)
+                    total = len(list(loader(build())))
+                    taken = [next(it)["id"] for _ in range(int(cfg["_resume_at"] * total))]
+                    state = first.state_dict()
+                    del it, first
+                    again = loader(build())
+                    again.load_state_dict(state)
+                    got[mode] = [taken, [b["id"] for b in again], [b["id"] for b in again]]
+                    del again
                 else:
                     ds = build()
                     n = int(cfg["_resume_at"] * len(_ids(list(ds))))
@@ -160,7 +187,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--modes", default="iter,loader,resume")
+    ap.add_argument("--modes", default="iter,loader,resume,dlresume")
     ap.add_argument(
         "--peer-python", default=os.path.join(ROOT, ".bench", "peers-venv", "bin", "python")
     )
