@@ -58,6 +58,17 @@ def _held_downloads(sizes: dict[str, int]) -> Any:
     return match
 
 
+def _behind_gate(
+    cloud: Cloud, versions: tuple[str, str], make_proxy: MakeProxy
+) -> tuple[str, Any, Any]:
+    """The first version uploaded (its URL), a proxy to the server, and the gate that holds
+    the proxy's whole-shard downloads until it is set."""
+    one, _ = versions
+    url = cloud.upload(one, "rw")
+    proxy = make_proxy(cloud.server.url)
+    return url, proxy, proxy.hold(_held_downloads(shard_sizes(one)))
+
+
 def _run(
     cloud: Cloud,
     versions: tuple[str, str],
@@ -74,12 +85,10 @@ def _run(
     ``main`` the loader's process's versions after the first batch and at the end, ``urls``
     the dataset's URL."""
     one, two = versions
-    url = cloud.upload(one, "rw")
+    url, proxy, gate = _behind_gate(cloud, versions, make_proxy)
     if urls is not None:
         urls.append(url)
     sizes = shard_sizes(one)
-    proxy = make_proxy(cloud.server.url)
-    gate = proxy.hold(_held_downloads(sizes))
     ds = dataset(url, cloud.via(proxy), cache, 8)
     got: list[tuple[int, bytes]] = []
     it = iter(StreamingDataLoader(ds, batch_size=16, num_workers=workers))
@@ -360,11 +369,8 @@ def test_a_download_begun_before_the_board_named_a_version_is_refused(
 
     from astream import bridge
 
-    one, two = two_versions
-    sizes = shard_sizes(one)
-    url = cloud.upload(one, "rw")
-    proxy = make_proxy(cloud.server.url)
-    gate = proxy.hold(_held_downloads(sizes))
+    _, two = two_versions
+    url, proxy, gate = _behind_gate(cloud, two_versions, make_proxy)
     cache = str(tmp_path / "c")
     ds = dataset(url, cloud.via(proxy), cache, 8, shuffle=False)
     twin = _twin(ds)
@@ -409,11 +415,8 @@ def test_a_plain_dataloader_never_mixes_versions_of_a_shard(
     exact without the board too; the board's own part is shown by the two tests above.)"""
     from torch.utils.data import DataLoader
 
-    one, two = two_versions
-    sizes = shard_sizes(one)
-    url = cloud.upload(one, "rw")
-    proxy = make_proxy(cloud.server.url)
-    gate = proxy.hold(_held_downloads(sizes))
+    _, two = two_versions
+    url, proxy, gate = _behind_gate(cloud, two_versions, make_proxy)
     cache = str(tmp_path / "c")
     ds = dataset(url, cloud.via(proxy), cache, 8)
     got: list[tuple[int, bytes]] = []
