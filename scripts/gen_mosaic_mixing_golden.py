@@ -7,8 +7,9 @@ It re-executes itself under the peer venv's python (see scripts/peer.py), writes
 small streams of ``STREAMS`` with the reference's own ``MDSWriter`` into a temporary directory,
 and records, for every case of ``cases()``, each stream's ``choose`` as the reference resolves
 it and the ids of the samples its ``StreamingDataset`` yields in one process (one rank, no
-DataLoader) over two iterations (epochs 0 and 1), or the error it raises. The cases weigh streams relatively (``proportion``,
-with and without ``epoch_size``) or give unweighted streams an ``epoch_size``: the two ways
+DataLoader) over two iterations (epochs 0 and 1), or the error it raises. The cases weigh
+streams relatively (``proportion``, with and without ``epoch_size``) or give unweighted
+streams an ``epoch_size``: the two ways
 the reference splits an epoch over its streams with a seeded draw (``Stream.apply_weights``),
 across every reference shuffle algorithm, batching method, sampling method and granularity.
 Each stream's samples per shard are stored too, so a test that writes the same streams with
