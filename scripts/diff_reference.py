@@ -242,7 +242,7 @@ def main() -> int:
             if a_err and r_err:
                 refused += 1
                 continue
-            if r_err and not a_err and any(k in r_got["error"] for k in KNOWN):
+            if r_err and not a_err and any(m in r_got["error"] for m in KNOWN):
                 known += 1
                 continue
             if a_err != r_err or a_got != r_got:
