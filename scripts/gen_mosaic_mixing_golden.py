@@ -7,7 +7,8 @@ It re-executes itself under the peer venv's python (see scripts/peer.py), writes
 small streams of ``STREAMS`` with the reference's own ``MDSWriter`` into a temporary directory,
 and records, for every case of ``cases()``, each stream's ``choose`` as the reference resolves
 it and the ids of the samples its ``StreamingDataset`` yields in one process (one rank, no
-DataLoader) over two iterations (epochs 0 and 1), or the error it raises. The cases weigh
+DataLoader) over two iterations (epochs 0 and 1), then what a new dataset yields after loading
+its ``state_dict`` taken halfway through epoch 1, or the error it raises. The cases weigh
 streams relatively (``proportion``, with and without ``epoch_size``) or give unweighted
 streams an ``epoch_size``: the two ways
 the reference splits an epoch over its streams with a seeded draw (``Stream.apply_weights``),
@@ -99,6 +100,18 @@ def _inner() -> None:
                 ds = StreamingDataset(streams=streams, **kw)
                 case["choose"] = [int(s.choose) for s in streams]  # as apply_weights set it
                 case["epochs"] = [[int(s["id"]) for s in ds] for _ in range(2)]
+                # a checkpoint halfway through the epoch just iterated (1), resumed by a new dataset
+                half = len(case["epochs"][0]) // 2
+                state = ds.state_dict(half, True)
+                again = StreamingDataset(
+                    streams=[
+                        Stream(local=os.path.join(tmp, s["name"]), proportion=s.get("proportion"))
+                        for s in case["streams"]
+                    ],
+                    **kw,
+                )
+                again.load_state_dict(state)
+                case["resumed"] = [half, [int(s["id"]) for s in again]]
             except Exception as exc:  # the reference refuses it: astream must too
                 case["error"] = f"{type(exc).__name__}: {exc}"
     meta = {"reference": "mosaicml-streaming 0.13.0", "streams": STREAMS, "shards": shards}

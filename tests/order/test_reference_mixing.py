@@ -1,7 +1,7 @@
 """Streams weighed relatively (``proportion``, with or without ``epoch_size``), or unweighted
 streams given an ``epoch_size``, under every reference shuffle algorithm: the samples a
-``StreamingDataset`` yields over two epochs are the reference's, sample for sample, and so is
-each ``Stream``'s resolved ``choose``.
+``StreamingDataset`` yields over two epochs are the reference's, sample for sample, and so are
+each ``Stream``'s resolved ``choose`` and the rest of epoch 1 after a checkpoint halfway through it.
 
 The golden file is the reference's own ``StreamingDataset`` over the same three streams
 (``scripts/gen_mosaic_mixing_golden.py``). The reference splits the epoch over the streams with
@@ -56,7 +56,9 @@ def test_mixed_epochs_as_the_reference(
     streams: dict[str, str], case: tuple[int, dict[str, Any]]
 ) -> None:
     _, c = case
-    kw = {k: v for k, v in c.items() if k not in ("streams", "epochs", "error", "choose")}
+    kw = {
+        k: v for k, v in c.items() if k not in ("streams", "epochs", "error", "choose", "resumed")
+    }
     objs = [Stream(local=streams[s["name"]], proportion=s.get("proportion")) for s in c["streams"]]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -69,3 +71,10 @@ def test_mixed_epochs_as_the_reference(
         got = [[int(s["id"]) for s in ds] for _ in range(2)]
     assert [o.choose for o in objs] == c["choose"]  # each stream's share, as resolved there
     assert got == c["epochs"]
+    # a checkpoint halfway through epoch 1, resumed by a new dataset: the reference's rest
+    half, rest = c["resumed"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = StreamingDataset(streams=objs, **kw)
+        again.load_state_dict(ds.state_dict(half, True))
+        assert [int(s["id"]) for s in again] == rest
