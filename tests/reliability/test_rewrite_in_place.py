@@ -355,6 +355,9 @@ def test_another_process_of_the_dataset_downloads_only_its_version(
     assert bytes(other[1]["data"]) == flipped(1)
     with pytest.raises(ObjectChangedError, match="another process of this job read it at"):
         twin[1]  # the twin's next read of shard 0 opens that file: not this job's version
+    fresh = _twin(ds)  # a process of this job that has read nothing of shard 0 yet
+    with pytest.raises(ObjectChangedError, match="another process of this job read it at"):
+        fresh[1]  # opening the other job's file: compared with the board's version
 
 
 def test_a_download_begun_before_the_board_named_a_version_is_refused(
