@@ -46,7 +46,7 @@ import numpy as np
 
 from astream.core.eviction import check_policy
 from astream.core.state import LoaderState
-from astream.errors import CacheError, ConfigError
+from astream.errors import CacheError, ConfigError, SettingError
 from astream.placement import dataloader_worker as _worker
 from astream.placement import detect
 from astream.runtime.catalog import Catalog, check_hash_available
@@ -269,6 +269,67 @@ def _with_format(kw: dict[str, Any]) -> dict[str, Any] | None:
     return {**(config or {}), **given}
 
 
+class _Setting:
+    """One of the reference's attribute names for a setting (``ds.shuffle_seed``...): reading
+    it gives the value this dataset uses, resolved as the reference resolves it. The reference
+    re-reads these attributes at each iteration, so a script may assign one; astream fixes them
+    when the dataset is built (every process plans from the same settings), so assigning
+    another value is a :class:`~astream.errors.SettingError` instead of being ignored.
+    Assigning the value it already has is allowed; so is any assignment before
+    ``StreamingCore.__init__`` runs (a subclass's ``self.shuffle = shuffle``), checked against
+    the built dataset when ``__init__`` ends."""
+
+    def __init__(self, read: Callable[[Any], Any], doc: str, loaded: bool = False) -> None:
+        self.read = read
+        self.__doc__ = doc
+        self.loaded = loaded  # a checkpoint given to load_state_dict replaces it
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return self.read(obj)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        if "cfg" not in obj.__dict__:  # before __init__ built the dataset: checked at its end
+            obj.__dict__.setdefault("_presets", {})[self.name] = value
+            return
+        _check_setting(obj, self.name, value, "")
+
+    def __delete__(self, obj: Any) -> None:
+        raise SettingError(f"{type(obj).__name__}.{self.name} cannot be deleted")
+
+
+def _check_setting(obj: Any, name: str, value: Any, when: str) -> None:
+    from astream.core.sizes import parse_size
+
+    setting: _Setting = getattr(type(obj), name)
+    current = setting.read(obj)
+    given = value
+    if name == "cache_limit" and isinstance(value, str) and value:
+        given = parse_size(value, "cache_limit")
+    try:
+        same = bool(np.all(np.asarray(given) == np.asarray(current)))
+        same = same and (given is None) == (current is None)
+    except Exception:
+        same = False
+    if same:
+        return
+    how = (
+        f"pass {name}= to {type(obj).__name__}(...)"
+        + (" (or load a checkpoint holding it: its value wins, as in the reference)")
+        * setting.loaded
+    )
+    raise SettingError(
+        f"{type(obj).__name__}.{name} = {value!r}{when}: the dataset was built with "
+        f"{name}={current!r}, and astream fixes it when the dataset is built (every process "
+        f"plans from it); {how}"
+    )
+
+
 class StreamingCore:
     """Stream MDS samples from ``remote`` (cached under ``local``) in a planned order.
 
@@ -451,15 +512,12 @@ class StreamingCore:
         from astream.packing import setup
 
         setup(self, kw)  # pack_to: token packing (docs/batches.md)
+        self._check_presets()
 
     def _warn_small_cache(self, avg_shard_samples: int) -> None:
         """A shuffle block spans several shards that are all read at once; a cache that cannot
         hold them refetches shards over and over (correct, but slow). Say so up front."""
-        from astream.core.order import default_block_size
-
-        block = self.cfg.shuffle_block_size or default_block_size(
-            [spec.shard_sizes for spec in self.stream_specs]
-        )
+        block = self._block_size()
         spanned = min(len(self.catalog.shards), -(-block // avg_shard_samples) + 1)
         need = spanned * self.cfg.num_canonical_nodes * self.catalog.max_footprint
         assert self.cfg.cache_limit is not None
@@ -523,9 +581,121 @@ class StreamingCore:
         """Counters of this process (bytes fetched, hits, misses, waits...)."""
         return self.engine.stats
 
+    @property
     def cache_usage(self) -> int:
-        """Bytes under the local directories now (what ``cache_limit`` bounds)."""
-        return self.engine.space.usage()
+        """Bytes under the local directories now (what ``cache_limit`` bounds); an ``int``
+        attribute, as the reference's."""
+        return int(self.engine.space.usage())
+
+    # -- the reference's other attributes: settings as this dataset resolved them -------------
+    shuffle = _Setting(lambda ds: ds.cfg.shuffle, "Whether samples are shuffled.")
+    shuffle_algo = _Setting(lambda ds: ds.cfg.shuffle_algo, "The shuffle algorithm.")
+    shuffle_seed = _Setting(
+        lambda ds: ds.cfg.shuffle_seed,
+        "The shuffle seed (the one of a checkpoint given to ``load_state_dict``).",
+        loaded=True,
+    )
+    num_canonical_nodes = _Setting(
+        lambda ds: ds.cfg.num_canonical_nodes,
+        "Canonical nodes, resolved: left unset, the reference's default for a reference "
+        "algorithm (which the reference fills in at its first iteration), 1 for ``astream``; "
+        "a checkpoint's given to ``load_state_dict``.",
+        loaded=True,
+    )
+    shuffle_block_size = _Setting(
+        lambda ds: ds._block_size(),
+        "Samples per shuffle block, resolved: left unset, the reference's default "
+        "``max(4_000_000 // num_canonical_nodes, 2**18)`` for a reference algorithm, 4 median "
+        "shards' worth for ``astream`` (docs/order.md).",
+    )
+    partition_algo = _Setting(lambda ds: ds.cfg.partition_algo, "The partition algorithm.")
+    sampling_method = _Setting(lambda ds: ds.cfg.sampling_method, "``balanced`` or ``fixed``.")
+    sampling_granularity = _Setting(
+        lambda ds: ds.cfg.sampling_granularity, "Samples drawn per shard at a time."
+    )
+    batching_method = _Setting(lambda ds: ds.cfg.batching_method, "How batches are dealt.")
+    replication = _Setting(lambda ds: ds.cfg.replication, "Ranks that share one stream.")
+    cache_limit = _Setting(
+        lambda ds: ds.cfg.cache_limit, "The cache bound in bytes (a size string parsed), or None."
+    )
+    allow_unsafe_types = _Setting(
+        lambda ds: ds.engine.allow_unsafe_types, "Whether ``pkl`` columns may be decoded."
+    )
+    predownload = _Setting(
+        lambda ds: ds.engine.ahead,
+        "Samples planned ahead of the consumer: the argument, or left unset 8 x "
+        "``batch_size`` (8 without one) or an average shard's samples if more; the "
+        "reference's default is 8 x ``batch_size`` (64 without one).",
+    )
+
+    @property
+    def epoch_seed_change(self) -> bool:
+        """Whether each epoch draws its resampling anew (the reference's: shuffled and
+        ``balanced``)."""
+        return bool(self.cfg.shuffle and self.cfg.sampling_method == "balanced")
+
+    @property
+    def initial_physical_nodes(self) -> int | None:
+        """The physical nodes of the run a loaded checkpoint came from; None until one is
+        loaded (``state_dict`` then writes the nodes of this run)."""
+        return self.cfg.initial_physical_nodes
+
+    @property
+    def length(self) -> int:
+        """The reference's attribute for :meth:`__len__`."""
+        return len(self)
+
+    @property
+    def samples_per_shard(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Samples in each shard, all streams' shards in order (int64)."""
+        return np.concatenate(self.catalog.stream_sizes).astype(np.int64)
+
+    @property
+    def sample_offset_per_shard(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The global index of each shard's first sample (int64)."""
+        return self.catalog.starts[:-1].copy()
+
+    @property
+    def stream_per_shard(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The stream of each shard (int64)."""
+        return self.catalog.shard_stream.astype(np.int64)
+
+    @property
+    def shards_per_stream(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Shards in each stream (int64)."""
+        return np.diff(self.catalog.shard_first)
+
+    @property
+    def shard_offset_per_stream(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The global index of each stream's first shard (int64)."""
+        return self.catalog.shard_first[:-1].copy()
+
+    @property
+    def samples_per_stream(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Samples in each stream, before any weighting (int64)."""
+        return np.array([int(sizes.sum()) for sizes in self.catalog.stream_sizes], np.int64)
+
+    @property
+    def sample_offset_per_stream(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The global index of each stream's first sample (int64)."""
+        return np.array(self.catalog.stream_starts[:-1], np.int64)
+
+    def _block_size(self) -> int:
+        cfg = self.cfg
+        if cfg.shuffle_block_size is not None:
+            return int(cfg.shuffle_block_size)
+        if cfg.shuffle_algo != "astream":
+            from astream.core import refshuffle
+
+            return refshuffle.default_block_size(cfg.num_canonical_nodes)
+        from astream.core.order import default_block_size
+
+        return default_block_size([spec.shard_sizes for spec in self.stream_specs])
+
+    def _check_presets(self) -> None:
+        """Settings a subclass assigned before ``__init__`` built the dataset (``_Setting``)."""
+        for name, value in self.__dict__.pop("_presets", {}).items():
+            _check_setting(self, name, value, " (assigned before __init__)")
 
     # -- the cache, shard by shard (the reference's names) -------------------------------------
     def _check_shard(self, shard_id: int) -> int:
@@ -1100,8 +1270,10 @@ class StreamingCore:
         for key in ("num_canonical_nodes", "shuffle_seed"):
             if getattr(state, key) != getattr(self.cfg, key):
                 changes[key] = getattr(state, key)
-        initial = state.initial_physical_nodes  # a reference algorithm re-deals from it
-        if self.cfg.shuffle_algo != "astream" and initial != self.cfg.initial_physical_nodes:
+        # kept, as the reference keeps it, for the checkpoints this run writes; a reference
+        # algorithm also re-deals the order from it (astream's order never reads it)
+        initial = state.initial_physical_nodes
+        if initial != self.cfg.initial_physical_nodes:
             changes["initial_physical_nodes"] = initial
         if changes:
             self.cfg = self.cfg.replace(**changes)

@@ -6,7 +6,9 @@ one type. The subclasses say *what kind* of thing went wrong, which decides what
 - :class:`ConfigError` -- a bad argument; the message names the argument. Also a ``ValueError``.
   :class:`MissingIndexError` (no ``index.json`` where a local-only dataset should be),
   :class:`EmptyDatasetError` (no samples at all), :class:`UnsupportedEncodingError` (a writer
-  column with an unknown encoding) refine it.
+  column with an unknown encoding) refine it. :class:`SettingError` (also an
+  ``AttributeError``): assigning another value to a setting the dataset was built with
+  (``ds.shuffle_seed = 7``), which the reference would re-read and astream does not.
 - :class:`FormatError` -- an index, shard or encoding that does not parse; names the file/field.
   Also a ``ValueError``. :class:`IndexJSONError` -- an ``index.json`` that is not JSON.
 - :class:`UnsafeEncodingError` -- ``pkl`` columns without ``allow_unsafe_types=True``.
@@ -59,6 +61,7 @@ __all__ = [
     "ObjectChangedError",
     "ObjectNotFoundError",
     "OutputExistsError",
+    "SettingError",
     "StorageError",
     "StorageTimeoutError",
     "ThrottledError",
@@ -91,6 +94,14 @@ class UnsupportedEncodingError(ConfigError, TypeError):
 
 class OutputExistsError(ConfigError, FileExistsError):
     """The writer's output directory is not empty (the reference: ``FileExistsError``)."""
+
+
+class SettingError(ConfigError, AttributeError):
+    """An assignment to one of the reference's setting attributes of a built dataset
+    (``ds.shuffle_seed = 7``) with a value other than the one it was built with. The reference
+    re-reads those attributes at each iteration; astream fixes them when the dataset is built, so
+    it refuses the assignment rather than ignore it. The message names the attribute and both
+    values."""
 
 
 class FormatError(AstreamError, ValueError):

@@ -125,7 +125,7 @@ def test_local_only_compressed_dataset_keeps_its_compressed_files(tmp_path: Any)
     for s in got:
         check_sample(s, samples[s["label"]])
     assert sorted(n for n in os.listdir(path) if n.endswith(".zstd")) == zips  # sources kept
-    assert ds.cache_usage() <= used_by_zips + 2 * raw_max
+    assert ds.cache_usage <= used_by_zips + 2 * raw_max
     assert ds.engine.space.evictions > 0
 
 

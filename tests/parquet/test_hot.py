@@ -143,7 +143,7 @@ def test_decoded_files_count_under_cache_limit_and_go_with_their_row_group(
     assert len(raw) == len(side) == GROUPS
     # what the cache counts: the raw chunks and the decoded files
     ds_full = ds_of(root, full)
-    assert ds_full.cache_usage() == sum(raw.values()) + sum(side.values())
+    assert ds_full.cache_usage == sum(raw.values()) + sum(side.values())
     # evicting a row group deletes its decoded file with it
     freed = ds_full.evict_shard(0)
     first = sorted(raw)[0]
@@ -159,7 +159,7 @@ def test_decoded_files_count_under_cache_limit_and_go_with_their_row_group(
     got = []
     for s in ds:
         got.append(s)
-        assert ds.cache_usage() <= limit
+        assert ds.cache_usage <= limit
         seen_sides = max(seen_sides, len(sides(cache)))
     assert sorted(s["label"] for s in got) == list(range(len(rows)))
     assert all(same(s, rows[s["label"]]) for s in got)
@@ -169,7 +169,7 @@ def test_decoded_files_count_under_cache_limit_and_go_with_their_row_group(
     ld = StreamingDataLoader(tight2, batch_size=2, num_workers=2, collate_fn=_listed)
     got = [s for b in ld for s in b]
     assert sorted(s["label"] for s in got) == list(range(len(rows)))
-    assert ld.dataset.cache_usage() <= limit  # type: ignore[attr-defined]
+    assert ld.dataset.cache_usage <= limit  # type: ignore[attr-defined]
 
 
 def test_incomplete_decoded_files_are_never_trusted(big: Any, fresh: Any, decodes: Any) -> None:
@@ -202,4 +202,4 @@ def test_incomplete_decoded_files_are_never_trusted(big: Any, fresh: Any, decode
     assert ds.evict_shard(3) > 0
     assert ds.prepare_shard(3)  # needs room: the stale file's lock is free, so it goes
     assert not os.path.exists(stale)
-    assert ds.cache_usage() <= used - side3 - 1
+    assert ds.cache_usage <= used - side3 - 1

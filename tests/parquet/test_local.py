@@ -56,7 +56,7 @@ def test_projection_through_the_fetch_path(pq_table: Any, fresh: Any) -> None:
     # the cache holds only the projected chunks: far less than the files
     files = sum(os.path.getsize(os.path.join(root, f)) for f in os.listdir(root)
                 if f.endswith(".parquet"))  # fmt: skip
-    assert 0 < ds.cache_usage() < files // 2
+    assert 0 < ds.cache_usage < files // 2
     assert same(ds[123], want[123])
 
 
@@ -77,7 +77,7 @@ def test_cache_limit_bounds_the_chunk_cache(pq_table: Any, fresh: Any) -> None:
     seen = []
     for x in ds:
         seen.append(x["label"])
-        assert ds.cache_usage() <= 3 * biggest
+        assert ds.cache_usage <= 3 * biggest
     assert sorted(seen) == list(range(170))
     assert ds.stats.shards_fetched > 0
 
