@@ -202,6 +202,8 @@ def main() -> int:
     if a.inner:
         inner(a.inner[0], a.inner[1], modes)
         return 0
+    # the configurations run with the work directory as cwd: a relative path must still hold
+    a.peer_python = os.path.abspath(a.peer_python)
     if not os.path.exists(a.peer_python):
         print(f"no reference python at {a.peer_python}: pass --peer-python", file=sys.stderr)
         return 2
