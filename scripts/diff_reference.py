@@ -45,6 +45,11 @@ import sys
 import tempfile
 from typing import Any
 
+try:  # run as a script: scripts/ is sys.path[0]
+    from gen_mosaic_attrs_golden import ARRAYS, COUNTS, SETTINGS
+except ImportError:  # imported as scripts.diff_reference
+    from scripts.gen_mosaic_attrs_golden import ARRAYS, COUNTS, SETTINGS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STREAMS = {"a": (97, 700), "b": (53, 1500), "c": (211, 400)}  # samples, size_limit
 ALGOS = ("py1e", "py1br", "py1s", "py2s", "naive")
@@ -54,6 +59,7 @@ KNOWN = ("Resuming further into the dataset",)  # also inside a DataLoader worke
 CHUNK = 20  # configurations per process
 # the ``attrs`` mode: the reference's attributes after an iteration (``predownload`` is left
 # out: unset, astream's may be more, docs/migrating.md; these configurations never set it)
+ATTRS = tuple(n for n in SETTINGS if n != "predownload") + ARRAYS + COUNTS
 ATTRS = (
     "shuffle",
     "shuffle_algo",

@@ -144,19 +144,12 @@ def _plain(v: object) -> object:
 def _inner() -> None:
     import tempfile
 
-    from gen_mosaic_mixing_golden import STREAMS, sample
+    from gen_mosaic_mixing_golden import write_streams
     from streaming import MDSWriter, Stream, StreamingDataset
 
     table = [json.loads(json.dumps(c)) for c in CASES]
     with tempfile.TemporaryDirectory() as tmp:
-        shards = {}
-        for k, (name, (n, limit)) in enumerate(sorted(STREAMS.items())):
-            out = os.path.join(tmp, name)
-            with MDSWriter(out=out, columns={"id": "int", "pad": "bytes"}, size_limit=limit) as w:
-                for i in range(n):
-                    w.write(sample(k, i))
-            with open(os.path.join(out, "index.json")) as f:
-                shards[name] = [s["samples"] for s in json.load(f)["shards"]]
+        shards = {name: got[1] for name, got in write_streams(tmp, MDSWriter).items()}
 
         def build(case: dict, run: int):
             # the reference refuses a local directory another live dataset uses: one copy each

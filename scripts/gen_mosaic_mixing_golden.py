@@ -28,6 +28,7 @@ except ImportError:  # imported by the tests as scripts.<name>, for its tables
 import json
 import os
 import random
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "order", "golden", "mosaic", "mixing.json")
@@ -41,6 +42,20 @@ CASES = 40
 
 def sample(k: int, i: int) -> dict:
     return {"id": 1000 * k + i, "pad": b"x" * (i % 37)}
+
+
+def write_streams(root: str, writer: Any) -> dict[str, tuple[str, list[int]]]:
+    """Write the streams of ``STREAMS`` under ``root`` with ``writer`` (either library's
+    ``MDSWriter``): name -> (directory, samples per shard as its index.json lists them)."""
+    out = {}
+    for k, (name, (n, limit)) in enumerate(sorted(STREAMS.items())):
+        path = os.path.join(root, name)
+        with writer(out=path, columns={"id": "int", "pad": "bytes"}, size_limit=limit) as w:
+            for i in range(n):
+                w.write(sample(k, i))
+        with open(os.path.join(path, "index.json")) as f:
+            out[name] = (path, [s["samples"] for s in json.load(f)["shards"]])
+    return out
 
 
 def cases() -> list[dict]:
@@ -82,14 +97,7 @@ def _inner() -> None:
 
     table = cases()
     with tempfile.TemporaryDirectory() as tmp:
-        shards = {}
-        for k, (name, (n, limit)) in enumerate(sorted(STREAMS.items())):
-            out = os.path.join(tmp, name)
-            with MDSWriter(out=out, columns={"id": "int", "pad": "bytes"}, size_limit=limit) as w:
-                for i in range(n):
-                    w.write(sample(k, i))
-            with open(os.path.join(out, "index.json")) as f:
-                shards[name] = [s["samples"] for s in json.load(f)["shards"]]
+        shards = {name: got[1] for name, got in write_streams(tmp, MDSWriter).items()}
         for case in table:
             kw = {k: v for k, v in case.items() if k != "streams"}
             streams = [

@@ -13,7 +13,6 @@ after an iteration (docs/migrating.md).
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from astream import MDSWriter, Stream, StreamingDataset
 from astream.core.order import default_block_size
 from astream.errors import AstreamError, SettingError
 from scripts.gen_mosaic_attrs_golden import ARRAYS, COUNTS, SETTINGS
-from scripts.gen_mosaic_mixing_golden import STREAMS, sample
+from scripts.gen_mosaic_mixing_golden import write_streams
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "mosaic_attrs.json").read_text())
 CASES = list(enumerate(GOLDEN["cases"]))
@@ -33,17 +32,10 @@ CASES = list(enumerate(GOLDEN["cases"]))
 
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("attrs")
-    out = {}
-    for k, (name, (n, limit)) in enumerate(sorted(STREAMS.items())):
-        path = str(root / name)
-        with MDSWriter(out=path, columns={"id": "int", "pad": "bytes"}, size_limit=limit) as w:
-            for i in range(n):
-                w.write(sample(k, i))
-        with open(os.path.join(path, "index.json")) as f:
-            assert [s["samples"] for s in json.load(f)["shards"]] == GOLDEN["shards"][name]
-        out[name] = path
-    return out
+    written = write_streams(str(tmp_path_factory.mktemp("attrs")), MDSWriter)
+    for name, (_path, shards) in written.items():
+        assert shards == GOLDEN["shards"][name]  # the same shards the reference read
+    return {name: path for name, (path, _shards) in written.items()}
 
 
 def _build(streams: dict[str, str], case: dict[str, Any], **extra: Any) -> StreamingDataset:

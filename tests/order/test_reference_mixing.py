@@ -14,7 +14,6 @@ another, and every later draw differed.
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ import pytest
 
 from astream import MDSWriter, Stream, StreamingDataset
 from astream.errors import ConfigError
-from scripts.gen_mosaic_mixing_golden import sample
+from scripts.gen_mosaic_mixing_golden import write_streams
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "mosaic" / "mixing.json").read_text())
 CASES = list(enumerate(GOLDEN["cases"]))
@@ -31,18 +30,10 @@ CASES = list(enumerate(GOLDEN["cases"]))
 
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("mixing")
-    out = {}
-    for k, (name, (n, limit)) in enumerate(sorted(GOLDEN["streams"].items())):
-        path = str(root / name)
-        with MDSWriter(out=path, columns={"id": "int", "pad": "bytes"}, size_limit=limit) as w:
-            for i in range(n):
-                w.write(sample(k, i))
-        with open(os.path.join(path, "index.json")) as f:
-            shards = [s["samples"] for s in json.load(f)["shards"]]
+    written = write_streams(str(tmp_path_factory.mktemp("mixing")), MDSWriter)
+    for name, (_path, shards) in written.items():
         assert shards == GOLDEN["shards"][name]  # the same shards the reference read
-        out[name] = path
-    return out
+    return {name: path for name, (path, _shards) in written.items()}
 
 
 def _id(case: tuple[int, dict[str, Any]]) -> str:
