@@ -60,29 +60,6 @@ CHUNK = 20  # configurations per process
 # the ``attrs`` mode: the reference's attributes after an iteration (``predownload`` is left
 # out: unset, astream's may be more, docs/migrating.md; these configurations never set it)
 ATTRS = tuple(n for n in SETTINGS if n != "predownload") + ARRAYS + COUNTS
-ATTRS = (
-    "shuffle",
-    "shuffle_algo",
-    "shuffle_seed",
-    "num_canonical_nodes",
-    "shuffle_block_size",
-    "partition_algo",
-    "sampling_method",
-    "sampling_granularity",
-    "batching_method",
-    "epoch_seed_change",
-    "initial_physical_nodes",
-    "batch_size",
-    "samples_per_shard",
-    "sample_offset_per_shard",
-    "stream_per_shard",
-    "shards_per_stream",
-    "shard_offset_per_stream",
-    "samples_per_stream",
-    "sample_offset_per_stream",
-    "num_samples",
-    "num_streams",
-)
 
 
 def configs(n: int, seed: int, data: str) -> list[dict[str, Any]]:

@@ -44,9 +44,13 @@ def sample(k: int, i: int) -> dict:
     return {"id": 1000 * k + i, "pad": b"x" * (i % 37)}
 
 
-def write_streams(root: str, writer: Any) -> dict[str, tuple[str, list[int]]]:
+def write_streams(
+    root: str, writer: Any, expect: dict[str, list[int]] | None = None
+) -> dict[str, tuple[str, list[int]]]:
     """Write the streams of ``STREAMS`` under ``root`` with ``writer`` (either library's
-    ``MDSWriter``): name -> (directory, samples per shard as its index.json lists them)."""
+    ``MDSWriter``): name -> (directory, samples per shard as its index.json lists them).
+    ``expect``: a golden file's samples per shard, which each stream must have (a test's
+    streams are then the shards the reference read)."""
     out = {}
     for k, (name, (n, limit)) in enumerate(sorted(STREAMS.items())):
         path = os.path.join(root, name)
@@ -55,6 +59,8 @@ def write_streams(root: str, writer: Any) -> dict[str, tuple[str, list[int]]]:
                 w.write(sample(k, i))
         with open(os.path.join(path, "index.json")) as f:
             out[name] = (path, [s["samples"] for s in json.load(f)["shards"]])
+        if expect is not None and out[name][1] != expect[name]:
+            raise AssertionError(f"stream {name}: shards of {out[name][1]}, not {expect[name]}")
     return out
 
 
