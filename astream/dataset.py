@@ -614,7 +614,10 @@ class StreamingCore:
         lambda ds: ds.cfg.sampling_granularity, "Samples drawn per shard at a time."
     )
     batching_method = _Setting(lambda ds: ds.cfg.batching_method, "How batches are dealt.")
-    replication = _Setting(lambda ds: ds.cfg.replication, "Ranks that share one stream.")
+    replication = _Setting(
+        lambda ds: ds.cfg.replication,
+        "Consecutive ranks that get the same samples (tensor or sequence parallelism), or None.",
+    )
     cache_limit = _Setting(
         lambda ds: ds.cfg.cache_limit, "The cache bound in bytes (a size string parsed), or None."
     )
