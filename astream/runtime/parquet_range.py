@@ -207,7 +207,9 @@ def decode_rows(entry: RowGroupShard, got: dict[tuple[int, int], bytes], rows: l
                     )
                     if made is None:
                         return None
-                    t = pq.read_table(pa.BufferReader(made[0]), use_threads=False)
+                    # ParquetFile, not read_table: read_table goes through pyarrow.dataset,
+                    # whose import loads pandas (~0.4 s in each DataLoader worker's first batch)
+                    t = pq.ParquetFile(pa.BufferReader(made[0])).read(use_threads=False)
                     arr = _normalized(t, (c.name,)).column(0).chunk(0)
                     if len(arr) != end - start or _levels(arr) != made[1]:
                         return None  # not the page's rows and values: never trusted
@@ -235,9 +237,11 @@ def _level_counts(arr: Any) -> Any:
     import numpy as np
     import pyarrow as pa
 
+    from astream.runtime.parquet_read import _flat
+
     if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
         return np.ones(len(arr), np.int64)
-    offs = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    offs = _flat(arr.offsets).astype(np.int64)  # not to_numpy: it imports pandas
     child = _level_counts(arr.values)
     cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(child, dtype=np.int64)])
     return np.maximum(cum[offs[1:]] - cum[offs[:-1]], 1)
