@@ -68,3 +68,14 @@ def main(
         inner()
         return 0
     return reexec(a.peer_python, script, pythonpath=pythonpath, env=env)
+
+
+def write_golden(path: str, data: object, **dump: object) -> None:
+    """Write a generator's golden file: ``data`` as JSON (``dump``: ``json.dump``'s options),
+    a final newline, its directory made if needed."""
+    import json
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, **dump)  # type: ignore[arg-type]
+        f.write("\n")
