@@ -312,9 +312,8 @@ def _check_setting(obj: Any, name: str, value: Any, when: str) -> None:
     if name == "cache_limit" and isinstance(value, str) and value:
         given = parse_size(value, "cache_limit")
     try:
-        same = bool(np.all(np.asarray(given) == np.asarray(current)))
-        same = same and (given is None) == (current is None)
-    except Exception:
+        same = (given is None) == (current is None) and bool(given == current)
+    except (TypeError, ValueError):  # a value that does not compare to a setting (an array)
         same = False
     if same:
         return
@@ -1279,8 +1278,10 @@ class StreamingCore:
         if initial != self.cfg.initial_physical_nodes:
             changes["initial_physical_nodes"] = initial
         if changes:
+            planned = self.cfg.plan_kwargs()
             self.cfg = self.cfg.replace(**changes)
-            self._plans.clear()
+            if self.cfg.plan_kwargs() != planned:  # not initial_physical_nodes under "astream"
+                self._plans.clear()
         if worker_part is not None:
             if _worker() is None:
                 raise ConfigError(

@@ -106,10 +106,14 @@ def _inner() -> None:
         shards = {name: got[1] for name, got in write_streams(tmp, MDSWriter).items()}
         for case in table:
             kw = {k: v for k, v in case.items() if k != "streams"}
-            streams = [
-                Stream(local=os.path.join(tmp, s["name"]), proportion=s.get("proportion"))
-                for s in case["streams"]
-            ]
+
+            def made(case: dict = case) -> list:
+                return [
+                    Stream(local=os.path.join(tmp, s["name"]), proportion=s.get("proportion"))
+                    for s in case["streams"]
+                ]
+
+            streams = made()
             try:
                 ds = StreamingDataset(streams=streams, **kw)
                 case["choose"] = [int(s.choose) for s in streams]  # as apply_weights set it
@@ -117,13 +121,7 @@ def _inner() -> None:
                 # a checkpoint halfway through the epoch just iterated (1), resumed by a new dataset
                 half = len(case["epochs"][0]) // 2
                 state = ds.state_dict(half, True)
-                again = StreamingDataset(
-                    streams=[
-                        Stream(local=os.path.join(tmp, s["name"]), proportion=s.get("proportion"))
-                        for s in case["streams"]
-                    ],
-                    **kw,
-                )
+                again = StreamingDataset(streams=made(), **kw)
                 again.load_state_dict(state)
                 case["resumed"] = [half, [int(s["id"]) for s in again]]
             except Exception as exc:  # the reference refuses it: astream must too

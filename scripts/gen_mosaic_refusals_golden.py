@@ -23,6 +23,7 @@ except ImportError:  # imported by the tests as scripts.<name>, for its tables
     from scripts import peer
 
 import os
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "engine", "golden", "mosaic_refusals.json")
@@ -71,6 +72,23 @@ CASES: dict[str, tuple[list[tuple[str, dict]], dict]] = {
 }
 
 
+def arguments(case: str, paths: dict[str, str], stream: Any) -> dict[str, Any]:
+    """The ``StreamingDataset`` arguments of ``case`` over the streams at ``paths`` (name ->
+    directory), its ``Stream``s made by ``stream`` (either library's class; a bad weight raises
+    there); the single-stream cases read stream ``a``."""
+    parts, kw = CASES[case]
+    kw = dict(kw)
+    built = [stream(local=paths[name], **weights) for name, weights in parts]
+    if built:
+        kw["streams"] = built
+    if kw.get("local") is not None:
+        kw["local"] = paths[kw["local"]]
+    elif "local" not in kw and "streams" not in kw:
+        kw["local"] = paths["a"]
+    kw.setdefault("batch_size", 4)
+    return kw
+
+
 def _inner() -> None:
     import gc
     import signal
@@ -88,20 +106,14 @@ def _inner() -> None:
     signal.signal(signal.SIGALRM, hung)
     out: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        shards = {name: got[1] for name, got in write_streams(tmp, MDSWriter).items()}
-        for name, (streams, kw) in CASES.items():
-            kw = dict(kw)
+        written = write_streams(tmp, MDSWriter)
+        shards = {name: got[1] for name, got in written.items()}
+        paths = {name: got[0] for name, got in written.items()}
+        for name in CASES:
             stage = "stream"
             signal.alarm(HANG_S)
             try:
-                built = [Stream(local=os.path.join(tmp, s), **w) for s, w in streams]
-                if built or "streams" in kw:
-                    kw["streams"] = built if built else kw["streams"]
-                if "local" in kw and kw["local"] is not None:
-                    kw["local"] = os.path.join(tmp, kw["local"])
-                elif "local" not in kw and not built and "streams" not in kw:
-                    kw["local"] = os.path.join(tmp, "a")
-                kw.setdefault("batch_size", 4)
+                kw = arguments(name, paths, Stream)
                 stage = "build"
                 ds = StreamingDataset(**kw)
                 stage = "iter"

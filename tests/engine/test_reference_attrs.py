@@ -156,3 +156,28 @@ def test_a_subclass_setting_before_init_is_checked(streams: dict[str, str]) -> N
         r"the dataset was built with shuffle_seed=6",
     ):
         Other(local=streams["b"], batch_size=4)
+
+
+@pytest.mark.parametrize("algo", ["astream", "py1e"])
+def test_a_checkpoint_with_another_seed_replans_a_planned_epoch(
+    streams: dict[str, str], algo: str
+) -> None:
+    """A dataset that already planned its epoch (``len()``) and then loads a checkpoint holding
+    another seed and canonical nodes resumes the checkpoint's order, not its own planned one;
+    a checkpoint that changes only ``initial_physical_nodes`` under astream's order (which never
+    reads it) keeps the plan it has."""
+    case = {"streams": [{"name": "a"}, {"name": "c"}], "kw": {"batch_size": 4, "shuffle": True}}
+    case["kw"]["shuffle_algo"] = algo
+    theirs = _build(streams, case, shuffle_seed=77, num_canonical_nodes=2)
+    want = [s["id"] for s in theirs][20:]
+    state = theirs.state_dict(20, True)
+    mine = _build(streams, case, shuffle_seed=5, num_canonical_nodes=1)
+    assert len(mine) == len(want) + 20  # epoch 0 planned under seed 5
+    mine.load_state_dict(state)
+    assert [s["id"] for s in mine] == want
+    if algo == "astream":
+        same = _build(streams, case)
+        len(same)
+        kept = same._plans.copy()
+        same.load_state_dict(dict(same.state_dict(0, True), initial_physical_nodes=3))
+        assert same.initial_physical_nodes == 3 and same._plans == kept

@@ -21,7 +21,7 @@ import pytest
 from astream import MDSWriter, Stream, StreamingDataset
 from astream.errors import ConfigError
 from scripts.gen_mosaic_mixing_golden import write_streams
-from scripts.gen_mosaic_refusals_golden import CASES
+from scripts.gen_mosaic_refusals_golden import arguments
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "mosaic_refusals.json").read_text())
 # the reference takes these silently; astream refuses them, naming the argument
@@ -41,19 +41,9 @@ def streams(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def _run(streams: dict[str, str], case: str) -> int:
-    parts, kw = CASES[case]
-    kw = dict(kw)
-    built = [Stream(local=streams[s], **w) for s, w in parts]
-    if built or "streams" in kw:
-        kw["streams"] = built if built else kw["streams"]
-    if kw.get("local") is not None:
-        kw["local"] = streams[kw["local"]]
-    elif "local" not in kw and not built and "streams" not in kw:
-        kw["local"] = streams["a"]
-    kw.setdefault("batch_size", 4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return sum(1 for _ in StreamingDataset(**kw))
+        return sum(1 for _ in StreamingDataset(**arguments(case, streams, Stream)))
 
 
 @pytest.mark.parametrize("case", sorted(GOLDEN["cases"]))
