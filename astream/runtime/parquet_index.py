@@ -21,7 +21,11 @@ virtual shards (:mod:`astream.core.parquet`):
    :class:`FormatError` naming it (its sample ids, and so any checkpoint, would silently mean
    other rows). Unknown objects get their footers read: one ranged GET of the last 64 KiB
    (a second when the footer is longer), all files concurrently -- no HEAD: the listing gave
-   the size. Reading a row group later is conditional on the indexed identity (see
+   the size. On a cold start over a listing that runs in key order (S3, GCS: no cached
+   index, no ``files=``), the footers of a page's objects are read while the next pages are
+   listed (:func:`_list_reading`) -- once the listing has passed the key a published index
+   would have, so that no footer is read where one exists. Reading a row group later is
+   conditional on the indexed identity (see
    :mod:`astream.runtime.fetch`): a file rewritten while a job runs is an
    :class:`~astream.errors.ObjectChangedError`.
 4. The local cache is rewritten (atomically) when it gained or lost files.
@@ -44,9 +48,13 @@ missing, truncated or corrupt is a :class:`FormatError` naming the object's URL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import os
 import struct
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from astream.core.index import Index
@@ -106,8 +114,9 @@ def _leaves(t: Any) -> int:
     return 1 if n == 0 else sum(_leaves(t.field(i).type) for i in range(n))
 
 
-def footer_file(info: ObjectInfo, meta: bytes, source: str) -> ParquetFile:
-    """A :class:`ParquetFile` from one object's identity and its footer Thrift bytes."""
+def footer_file(info: ObjectInfo, meta: bytes, store: ObjectStore, key: str) -> ParquetFile:
+    """A :class:`ParquetFile` from one object's identity and its footer Thrift bytes (the
+    object is ``key`` of ``store``: its URL is made only to name it in an error)."""
     pq = _pq()
     import pyarrow as pa
 
@@ -117,12 +126,13 @@ def footer_file(info: ObjectInfo, meta: bytes, source: str) -> ParquetFile:
         )
         schema = md.schema.to_arrow_schema()
     except (OSError, ValueError, pa.ArrowException) as exc:
-        raise FormatError(f"corrupt Parquet footer ({exc})", source) from None
+        raise FormatError(f"corrupt Parquet footer ({exc})", store.url_for(key)) from None
     names = [f.name for f in schema]
     widths = [_leaves(f.type) for f in schema]
     if sum(widths) != md.num_columns:
         raise FormatError(
-            f"footer lists {md.num_columns} column chunks, its schema {sum(widths)}", source
+            f"footer lists {md.num_columns} column chunks, its schema {sum(widths)}",
+            store.url_for(key),
         )
     pad = 100 if (md.created_by or "").startswith("parquet-mr") else 0  # PARQUET-816
     data_end = info.size - len(meta) - 8
@@ -144,7 +154,7 @@ def footer_file(info: ObjectInfo, meta: bytes, source: str) -> ParquetFile:
                     raise FormatError(
                         f"row group {g}, column {schema[len(chunks)].name!r}: chunk range "
                         f"{start}-{end} lies outside the data pages (4-{data_end})",
-                        source,
+                        store.url_for(key),
                     )
                 ranges.append((start, end))
             leaf += w
@@ -165,12 +175,25 @@ async def _read_footer(
     store: ObjectStore, info: ObjectInfo, tail: bytes | None = None
 ) -> ParquetFile:
     """``tail``: the object's last ``TAIL`` bytes when already read (with its identity)."""
+    n_tail = min(info.size, TAIL)
+    if info.size >= 12:
+        if tail is None:
+            tail = await store.get_range(info.key, info.size - n_tail, info.size)
+        if len(tail) == n_tail and tail[-4:] == b"PAR1":
+            (n,) = struct.unpack("<I", tail[-8:-4])
+            if n + 8 <= n_tail and n + 12 <= info.size:  # the usual case: one GET, no URL made
+                return footer_file(info, tail[n_tail - 8 - n : n_tail - 8], store, info.key)
+    return await _footer_slow(store, info, tail)
+
+
+async def _footer_slow(store: ObjectStore, info: ObjectInfo, tail: bytes | None) -> ParquetFile:
+    """:func:`_read_footer` where the tail is not a footer that fits it: the error naming the
+    object, or a second GET for a footer longer than the tail."""
     url = store.url_for(info.key)
     if info.size < 12:
         raise FormatError(f"{info.size} bytes: too small to be a Parquet file", url)
     n_tail = min(info.size, TAIL)
-    if tail is None:
-        tail = await store.get_range(info.key, info.size - n_tail, info.size)
+    assert tail is not None
     if len(tail) != n_tail:
         raise FormatError(f"object shorter than listed ({info.size} bytes)", url)
     if tail[-4:] == b"PARE":
@@ -182,12 +205,35 @@ async def _read_footer(
         raise FormatError(
             f"footer length {n} does not fit in the {info.size}-byte object (truncated?)", url
         )
-    if n + 8 <= n_tail:
-        meta = tail[n_tail - 8 - n : n_tail - 8]
-    else:
-        head = await store.get_range(info.key, info.size - 8 - n, info.size - n_tail)
-        meta = head + tail[:-8]
-    return footer_file(info, meta, url)
+    head = await store.get_range(info.key, info.size - 8 - n, info.size - n_tail)
+    return footer_file(info, head + tail[:-8], store, info.key)
+
+
+_GC_LOCK = threading.Lock()
+_gc_holds = [0, False]  # builds under way in this process; whether the collector was enabled
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a table's footers are read, back as it was
+    when the last build running in this process ends. Each footer read leaves ~20 container
+    objects alive (its entry) and ~2 in cycles (the HTTP client's); the full collections
+    that the survivors set off traverse every object of the process (torch's included) and
+    took 0.4-1 s of a 4-5 s cold start over 10,000 files (benchmarks/results/2026-12-03-fb4).
+    The cycles left meanwhile (~20,000 small objects for 10,000 footers) are collected by
+    the collector's next run after it is enabled again."""
+    with _GC_LOCK:
+        if _gc_holds[0] == 0:
+            _gc_holds[1] = gc.isenabled()
+            gc.disable()
+        _gc_holds[0] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _gc_holds[0] -= 1
+            if _gc_holds[0] == 0 and _gc_holds[1]:
+                gc.enable()
 
 
 async def _list_all(store: ObjectStore, known: list[str]) -> list[ObjectInfo]:
@@ -247,6 +293,48 @@ async def _objects(
     return [listed[k] for k in keys], INDEX_NAME in listed
 
 
+async def _list_reading(
+    store: ObjectStore, split: str | None, use_published: bool, started: dict[str, Any]
+) -> tuple[list[ObjectInfo], bool]:
+    """:func:`_objects` for a cold start over a listing in key order (S3, GCS): each listed
+    object of the table has its footer read (a task in ``started``, by key) while the later
+    pages are listed -- once a listed key sorts after :data:`INDEX_NAME` without it (a
+    published index would be listed there), since where one is published no footer is read.
+    Objects listed before that point wait for it (or for the listing's end)."""
+    sem = asyncio.Semaphore(CONCURRENCY)
+
+    async def read(info: ObjectInfo) -> ParquetFile:
+        async with sem:
+            return await _read_footer(store, info)
+
+    def start(info: ObjectInfo) -> None:
+        if select_keys([info.key], split):
+            started[info.key] = asyncio.ensure_future(read(info))
+
+    listed: dict[str, ObjectInfo] = {}
+    held: list[ObjectInfo] = []
+    clear = not use_published  # no published index can be used: read from the first page
+    async for o in store.list(""):
+        listed[o.key] = o
+        if o.key == INDEX_NAME:
+            held = []  # the published index may know them: read nothing before deciding
+        elif clear:
+            start(o)
+        elif o.key > INDEX_NAME and INDEX_NAME not in listed:
+            clear = True  # past where it would be listed: there is none
+            for h in held:
+                start(h)
+            held = []
+            start(o)
+        elif INDEX_NAME not in listed:
+            held.append(o)
+    keys = select_keys(list(listed), split)
+    if not keys:
+        where = store.url + (f" (split {split!r})" if split else "")
+        raise EmptyDatasetError(f"no *.parquet objects under {where}")
+    return [listed[k] for k in keys], INDEX_NAME in listed
+
+
 def _read_cached(path: str) -> tuple[CompactTable, bytes] | None:
     """The cached index (as columns) and its bytes; None: absent or damaged. A cache in the
     older JSON form is read through the validating parser (and rewritten compact)."""
@@ -299,9 +387,31 @@ async def _build(
 ) -> tuple[ParquetTable | CompactTable, int]:
     """``cached`` itself when the objects are exactly its files (the warm start: no object per
     file or row group is made); else the table, footers read for the files no index knows."""
+    started: dict[str, Any] = {}  # key -> the task reading its footer, begun while listing
+    try:
+        with gc_paused():
+            return await _build_from(store, files, split, cached, use_published, started)
+    finally:
+        for task in started.values():
+            task.cancel()  # a read nothing awaits (an error, or the published index won)
+        if started:
+            await asyncio.gather(*started.values(), return_exceptions=True)
+
+
+async def _build_from(
+    store: ObjectStore,
+    files: list[str] | None,
+    split: str | None,
+    cached: CompactTable | None,
+    use_published: bool,
+    started: dict[str, Any],
+) -> tuple[ParquetTable | CompactTable, int]:
     at = {} if cached is None else {k: i for i, k in enumerate(cached.keys)}
     tails: dict[str, bytes] = {}
-    infos, maybe_published = await _objects(store, files, split, list(at), tails)
+    if cached is None and files is None and getattr(store, "lists_from_key", False):
+        infos, maybe_published = await _list_reading(store, split, use_published, started)
+    else:
+        infos, maybe_published = await _objects(store, files, split, list(at), tails)
 
     def hit(j: int, info: ObjectInfo) -> int | None:
         """The cached file ``info`` is, if any."""
@@ -341,6 +451,10 @@ async def _build(
     sem = asyncio.Semaphore(CONCURRENCY)
 
     async def read(j: int, info: ObjectInfo) -> None:
+        task = started.get(info.key)
+        if task is not None:
+            out[j] = await task
+            return
         async with sem:
             tail = tails.get(info.key)
             if tail is None:

@@ -99,16 +99,21 @@ def retry_cause(err: BaseException) -> str:
 
 
 class _Budget:
-    """Attempts and deadline of one operation."""
+    """Attempts and deadline of one operation (on ``key`` of ``raw``: its URL is made only for
+    an error message)."""
 
-    def __init__(self, policy: RetryPolicy, url: str) -> None:
+    def __init__(self, policy: RetryPolicy, raw: RawBackend, key: str) -> None:
         self.policy = policy
-        self.url = url
+        self._raw, self._key = raw, key
         loop = asyncio.get_running_loop()
         self.loop = loop
         self.end = None if policy.deadline is None else loop.time() + policy.deadline
         self.failures = 0
         self.last: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        return self._raw.url_for(self._key)
 
     def fault(self, exc: BaseException, timeout: float) -> TransientStorageError:
         """The transient error an attempt ended with; the deadline's own error if it ran out."""
@@ -171,7 +176,7 @@ class RetryingStore:
         return f"{type(self.raw).__name__}({self.url!r})"
 
     async def _call(self, key: str, op: Callable[[], Awaitable[T]]) -> T:
-        budget = _Budget(self.policy, self.raw.url_for(key))
+        budget = _Budget(self.policy, self.raw, key)
         while True:
             timeout = budget.request_timeout()
             try:
@@ -194,7 +199,7 @@ class RetryingStore:
     ) -> int:
         """Feed bytes ``[start, end)`` to ``sink``, resuming after truncation; return count.
         ``seen``: the identities the server named, one per attempt (see ``iter_range``)."""
-        budget = _Budget(self.policy, self.raw.url_for(key))
+        budget = _Budget(self.policy, self.raw, key)
         got = 0
         loop = asyncio.get_running_loop()
         while True:

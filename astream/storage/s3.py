@@ -385,8 +385,8 @@ class S3Backend:
             headers["x-amz-checksum-mode"] = "ENABLED"
         if etag is not None:
             headers["If-Match"] = etag
-        resp = await self._send("GET", self.url_for(key), self._key(key), {}, headers)
         url = self.url_for(key)
+        resp = await self._send("GET", url, self._key(key), {}, headers)
         try:
             if resp.status == 416:
                 return

@@ -63,6 +63,19 @@ def _signing_key(secret: str, day: str, region: str, service: str) -> bytes:
     return k
 
 
+_last_stamp: tuple[int, str] = (-1, "")
+
+
+def _stamp(when: float) -> str:
+    """``x-amz-date`` for ``when`` (formatted once per second: every request signs one)."""
+    global _last_stamp
+    sec = int(when)
+    last = _last_stamp
+    if last[0] != sec:
+        last = _last_stamp = (sec, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(sec)))
+    return last[1]
+
+
 def sign(
     method: str,
     host: str,
@@ -79,7 +92,7 @@ def sign(
     and ``Authorization``, for a request with an empty body. ``path`` and ``query`` are the
     encoded forms that will be sent (:func:`encode_path`, :func:`encode_query`); every header
     in ``headers`` is signed."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    stamp = _stamp(time.time() if now is None else now)
     day = stamp[:8]
     out = dict(headers)
     out["Host"] = host

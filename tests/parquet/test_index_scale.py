@@ -255,3 +255,100 @@ def test_concurrent_first_requests_share_one_s3_client(
         assert made == [1]
 
     asyncio.run(go())
+
+
+def test_cold_index_reads_footers_while_it_lists(
+    tmp_path: Any, s3_bucket: str, s3_server: Any, make_proxy: Any
+) -> None:
+    """23 files, pages of 5: the first footer GET goes out before the last page is asked
+    for (the footers of a page are read while the next pages are listed), and the budget is
+    still the 5 pages plus one GET per file."""
+    root = str(tmp_path / "t")
+    names = _keys(23)
+    _write(root, names)
+    url = f"{s3_bucket}/pipe-{uuid.uuid4().hex[:8]}"
+    upload(root, url)
+    proxy = make_proxy(s3_server.url)
+    ds = StreamingDataset(
+        streams=[Stream(remote=url, local=str(tmp_path / "c"), format="parquet")],
+        batch_size=2,
+        storage_options={"endpoint_url": proxy.url, "list_page_size": 5},
+    )
+    order = [p.endswith(".parquet") for p, _ in proxy.stats.ranges]  # building the dataset
+    assert sorted(int(s["x"]) for s in ds) == sorted([*range(23), *range(1, 24)])
+    assert order.count(False) == 5 and order.count(True) == 23
+    last_page = len(order) - 1 - order[::-1].index(False)
+    assert order.index(True) < last_page
+
+
+@pytest.mark.parametrize("published", [True, False])
+def test_keys_listed_before_a_published_index_wait_for_it(
+    published: bool, tmp_path: Any, s3_bucket: str, s3_server: Any, make_proxy: Any
+) -> None:
+    """Upper-case keys sort before ``_astream_parquet_index.bin``, lower-case ones after it:
+    pages of 3 list the six ``P`` keys before the index is (or would be) listed. With the
+    index published no footer is read at all; without it, each file's footer once."""
+    root = str(tmp_path / "t")
+    names = [f"P{i}.parquet" for i in range(6)] + [f"q{i}.parquet" for i in range(4)]
+    _write(root, names)
+    url = f"{s3_bucket}/order-{uuid.uuid4().hex[:8]}"
+    upload(root, url)
+    if published:
+        from astream.cli import main as cli
+
+        assert cli(["index", url]) == 0
+    proxy = make_proxy(s3_server.url)
+    ds = StreamingDataset(
+        streams=[Stream(remote=url, local=str(tmp_path / "c"), format="parquet")],
+        batch_size=2,
+        storage_options={"endpoint_url": proxy.url, "list_page_size": 3},
+    )
+    built = [p for p, _ in proxy.stats.ranges]  # the GETs of building the dataset
+    assert sorted(int(s["x"]) for s in ds) == sorted([*range(10), *range(1, 11)])
+    footers = sorted(p.rsplit("/", 1)[-1] for p in built if p.endswith(".parquet"))
+    if published:  # the 4 pages and the index itself, no footer
+        assert footers == []
+        assert len(built) == 5 and built[-1].endswith("/" + INDEX_NAME)
+    else:  # the 4 pages and each footer once
+        assert footers == sorted(names)
+        assert len(built) == 4 + len(names)
+
+
+def test_the_collector_is_off_while_footers_are_read_and_back_after(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+
+    from astream.runtime import parquet_index
+
+    root = str(tmp_path / "t")
+    _write(root, [f"f{i}.parquet" for i in range(4)])
+    seen: list[bool] = []
+    real = parquet_index._read_footer
+
+    async def recording(*args: Any, **kw: Any) -> Any:
+        seen.append(gc.isenabled())
+        return await real(*args, **kw)
+
+    monkeypatch.setattr(parquet_index, "_read_footer", recording)
+    assert gc.isenabled()
+    ds = StreamingDataset(remote=root, local=str(tmp_path / "c"), format="parquet", batch_size=2)
+    assert len(ds) == 8
+    assert seen == [False] * 4 and gc.isenabled()
+    with open(os.path.join(root, "f9.parquet"), "wb") as f:
+        f.write(b"PAR1 not a footer PAR1")
+    with pytest.raises(FormatError, match=r"f9\.parquet"):
+        StreamingDataset(remote=root, local=str(tmp_path / "c2"), format="parquet", batch_size=2)
+    assert gc.isenabled()  # a build that failed gives it back too
+    with parquet_index.gc_paused():
+        with parquet_index.gc_paused():  # builds overlapping: back when the last one ends
+            pass
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()  # a process that runs without it keeps it off
+    try:
+        with parquet_index.gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
