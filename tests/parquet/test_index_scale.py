@@ -13,6 +13,7 @@ import asyncio
 import io
 import os
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -41,20 +42,35 @@ def _write(root: str, names: list[str]) -> None:
             f.write(_parquet(i))
 
 
+def _on_s3(
+    tmp_path: Any, s3_bucket: str, s3_server: Any, make_proxy: Any, names: list[str], **opts: Any
+) -> tuple[str, str, Any, Callable[[], StreamingDataset]]:
+    """``names`` written as a table (its local root) and uploaded under a fresh prefix (its
+    URL), a counting proxy before moto, and a builder of the dataset through that proxy
+    (``opts``: more storage options)."""
+    root = str(tmp_path / "t")
+    _write(root, names)
+    url = f"{s3_bucket}/t-{uuid.uuid4().hex[:8]}"
+    upload(root, url)
+    proxy = make_proxy(s3_server.url)
+    local = str(tmp_path / "c")
+
+    def build() -> StreamingDataset:
+        return StreamingDataset(
+            streams=[Stream(remote=url, local=local, format="parquet")],
+            batch_size=2,
+            storage_options={"endpoint_url": proxy.url, **opts},
+        )
+
+    return url, root, proxy, build
+
+
 def test_cold_index_is_one_get_per_file_and_no_head(
     tmp_path: Any, s3_bucket: str, s3_server: Any, make_proxy: Any
 ) -> None:
-    root = str(tmp_path / "t")
-    _write(root, [f"f{i:02d}.parquet" for i in range(10)])
-    url = f"{s3_bucket}/cnt-{uuid.uuid4().hex[:8]}"
-    upload(root, url)
-    proxy = make_proxy(s3_server.url)
-    ds = StreamingDataset(
-        streams=[Stream(remote=url, local=str(tmp_path / "c"), format="parquet")],
-        batch_size=2,
-        storage_options={"endpoint_url": proxy.url},
-    )
-    assert len(ds) == 20
+    names = [f"f{i:02d}.parquet" for i in range(10)]
+    _, _, proxy, build = _on_s3(tmp_path, s3_bucket, s3_server, make_proxy, names)
+    assert len(build()) == 20
     assert dict(proxy.stats.methods) == {"GET": 11}  # 1 listing page + 10 tails, no HEAD
     tails = [r for r in proxy.stats.ranges if r[0].endswith(".parquet")]
     assert len(tails) == 10 and all(h.startswith("bytes=") for _, h in tails)
@@ -116,22 +132,10 @@ def test_split_listing_request_count_and_changed_file_on_warm_start(
 ) -> None:
     """23 files, pages of 5: cold lists 5 pages serially; warm lists 8 ranges of 3 cached keys,
     one page each; a file rewritten under the cached index is still refused."""
-    root = str(tmp_path / "t")
     names = _keys(23)
-    _write(root, names)
-    url = f"{s3_bucket}/warm-{uuid.uuid4().hex[:8]}"
-    upload(root, url)
-    proxy = make_proxy(s3_server.url)
-    opts = {"endpoint_url": proxy.url, "list_page_size": 5}
-    local = str(tmp_path / "c")
-
-    def build() -> StreamingDataset:
-        return StreamingDataset(
-            streams=[Stream(remote=url, local=local, format="parquet")],
-            batch_size=2,
-            storage_options=opts,
-        )
-
+    url, root, proxy, build = _on_s3(
+        tmp_path, s3_bucket, s3_server, make_proxy, names, list_page_size=5
+    )
     assert len(build()) == 46
     lists = [p for p, _ in proxy.stats.ranges if not p.endswith(".parquet")]
     assert len(lists) == 5
@@ -263,17 +267,10 @@ def test_cold_index_reads_footers_while_it_lists(
     """23 files, pages of 5: the first footer GET goes out before the last page is asked
     for (the footers of a page are read while the next pages are listed), and the budget is
     still the 5 pages plus one GET per file."""
-    root = str(tmp_path / "t")
-    names = _keys(23)
-    _write(root, names)
-    url = f"{s3_bucket}/pipe-{uuid.uuid4().hex[:8]}"
-    upload(root, url)
-    proxy = make_proxy(s3_server.url)
-    ds = StreamingDataset(
-        streams=[Stream(remote=url, local=str(tmp_path / "c"), format="parquet")],
-        batch_size=2,
-        storage_options={"endpoint_url": proxy.url, "list_page_size": 5},
+    _, _, proxy, build = _on_s3(
+        tmp_path, s3_bucket, s3_server, make_proxy, _keys(23), list_page_size=5
     )
+    ds = build()
     order = [p.endswith(".parquet") for p, _ in proxy.stats.ranges]  # building the dataset
     assert sorted(int(s["x"]) for s in ds) == sorted([*range(23), *range(1, 24)])
     assert order.count(False) == 5 and order.count(True) == 23
@@ -288,21 +285,15 @@ def test_keys_listed_before_a_published_index_wait_for_it(
     """Upper-case keys sort before ``_astream_parquet_index.bin``, lower-case ones after it:
     pages of 3 list the six ``P`` keys before the index is (or would be) listed. With the
     index published no footer is read at all; without it, each file's footer once."""
-    root = str(tmp_path / "t")
     names = [f"P{i}.parquet" for i in range(6)] + [f"q{i}.parquet" for i in range(4)]
-    _write(root, names)
-    url = f"{s3_bucket}/order-{uuid.uuid4().hex[:8]}"
-    upload(root, url)
+    url, _, proxy, build = _on_s3(
+        tmp_path, s3_bucket, s3_server, make_proxy, names, list_page_size=3
+    )
     if published:
         from astream.cli import main as cli
 
         assert cli(["index", url]) == 0
-    proxy = make_proxy(s3_server.url)
-    ds = StreamingDataset(
-        streams=[Stream(remote=url, local=str(tmp_path / "c"), format="parquet")],
-        batch_size=2,
-        storage_options={"endpoint_url": proxy.url, "list_page_size": 3},
-    )
+    ds = build()
     built = [p for p, _ in proxy.stats.ranges]  # the GETs of building the dataset
     assert sorted(int(s["x"]) for s in ds) == sorted([*range(10), *range(1, 11)])
     footers = sorted(p.rsplit("/", 1)[-1] for p in built if p.endswith(".parquet"))
