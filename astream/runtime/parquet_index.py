@@ -114,9 +114,9 @@ def _leaves(t: Any) -> int:
     return 1 if n == 0 else sum(_leaves(t.field(i).type) for i in range(n))
 
 
-def footer_file(info: ObjectInfo, meta: bytes, store: ObjectStore, key: str) -> ParquetFile:
+def footer_file(info: ObjectInfo, meta: bytes, store: ObjectStore) -> ParquetFile:
     """A :class:`ParquetFile` from one object's identity and its footer Thrift bytes (the
-    object is ``key`` of ``store``: its URL is made only to name it in an error)."""
+    object is ``info.key`` of ``store``: its URL is made only to name it in an error)."""
     pq = _pq()
     import pyarrow as pa
 
@@ -126,13 +126,13 @@ def footer_file(info: ObjectInfo, meta: bytes, store: ObjectStore, key: str) -> 
         )
         schema = md.schema.to_arrow_schema()
     except (OSError, ValueError, pa.ArrowException) as exc:
-        raise FormatError(f"corrupt Parquet footer ({exc})", store.url_for(key)) from None
+        raise FormatError(f"corrupt Parquet footer ({exc})", store.url_for(info.key)) from None
     names = [f.name for f in schema]
     widths = [_leaves(f.type) for f in schema]
     if sum(widths) != md.num_columns:
         raise FormatError(
             f"footer lists {md.num_columns} column chunks, its schema {sum(widths)}",
-            store.url_for(key),
+            store.url_for(info.key),
         )
     pad = 100 if (md.created_by or "").startswith("parquet-mr") else 0  # PARQUET-816
     data_end = info.size - len(meta) - 8
@@ -154,7 +154,7 @@ def footer_file(info: ObjectInfo, meta: bytes, store: ObjectStore, key: str) -> 
                     raise FormatError(
                         f"row group {g}, column {schema[len(chunks)].name!r}: chunk range "
                         f"{start}-{end} lies outside the data pages (4-{data_end})",
-                        store.url_for(key),
+                        store.url_for(info.key),
                     )
                 ranges.append((start, end))
             leaf += w
@@ -175,38 +175,30 @@ async def _read_footer(
     store: ObjectStore, info: ObjectInfo, tail: bytes | None = None
 ) -> ParquetFile:
     """``tail``: the object's last ``TAIL`` bytes when already read (with its identity)."""
-    n_tail = min(info.size, TAIL)
-    if info.size >= 12:
-        if tail is None:
-            tail = await store.get_range(info.key, info.size - n_tail, info.size)
-        if len(tail) == n_tail and tail[-4:] == b"PAR1":
-            (n,) = struct.unpack("<I", tail[-8:-4])
-            if n + 8 <= n_tail and n + 12 <= info.size:  # the usual case: one GET, no URL made
-                return footer_file(info, tail[n_tail - 8 - n : n_tail - 8], store, info.key)
-    return await _footer_slow(store, info, tail)
 
+    def bad(why: str) -> FormatError:  # the URL is made only for an error
+        return FormatError(why, store.url_for(info.key))
 
-async def _footer_slow(store: ObjectStore, info: ObjectInfo, tail: bytes | None) -> ParquetFile:
-    """:func:`_read_footer` where the tail is not a footer that fits it: the error naming the
-    object, or a second GET for a footer longer than the tail."""
-    url = store.url_for(info.key)
     if info.size < 12:
-        raise FormatError(f"{info.size} bytes: too small to be a Parquet file", url)
+        raise bad(f"{info.size} bytes: too small to be a Parquet file")
     n_tail = min(info.size, TAIL)
-    assert tail is not None
+    if tail is None:
+        tail = await store.get_range(info.key, info.size - n_tail, info.size)
     if len(tail) != n_tail:
-        raise FormatError(f"object shorter than listed ({info.size} bytes)", url)
+        raise bad(f"object shorter than listed ({info.size} bytes)")
     if tail[-4:] == b"PARE":
-        raise FormatError("encrypted Parquet footers are not supported", url)
+        raise bad("encrypted Parquet footers are not supported")
     if tail[-4:] != b"PAR1":
-        raise FormatError("no Parquet footer (missing PAR1 magic: truncated or not Parquet)", url)
+        raise bad("no Parquet footer (missing PAR1 magic: truncated or not Parquet)")
     (n,) = struct.unpack("<I", tail[-8:-4])
     if n + 12 > info.size:
-        raise FormatError(
-            f"footer length {n} does not fit in the {info.size}-byte object (truncated?)", url
-        )
-    head = await store.get_range(info.key, info.size - 8 - n, info.size - n_tail)
-    return footer_file(info, head + tail[:-8], store, info.key)
+        raise bad(f"footer length {n} does not fit in the {info.size}-byte object (truncated?)")
+    if n + 8 <= n_tail:
+        meta = tail[n_tail - 8 - n : n_tail - 8]
+    else:
+        head = await store.get_range(info.key, info.size - 8 - n, info.size - n_tail)
+        meta = head + tail[:-8]
+    return footer_file(info, meta, store)
 
 
 _GC_LOCK = threading.Lock()
@@ -286,6 +278,14 @@ async def _objects(
 
         return list(await asyncio.gather(*(one(k) for k in files))), True
     listed = {o.key: o for o in await _list_all(store, known)}
+    return _selected(store, listed, split)
+
+
+def _selected(
+    store: ObjectStore, listed: dict[str, ObjectInfo], split: str | None
+) -> tuple[list[ObjectInfo], bool]:
+    """The table's objects among those listed, and whether the listing shows a published
+    index."""
     keys = select_keys(list(listed), split)
     if not keys:
         where = store.url + (f" (split {split!r})" if split else "")
@@ -328,11 +328,7 @@ async def _list_reading(
             start(o)
         elif INDEX_NAME not in listed:
             held.append(o)
-    keys = select_keys(list(listed), split)
-    if not keys:
-        where = store.url + (f" (split {split!r})" if split else "")
-        raise EmptyDatasetError(f"no *.parquet objects under {where}")
-    return [listed[k] for k in keys], INDEX_NAME in listed
+    return _selected(store, listed, split)
 
 
 def _read_cached(path: str) -> tuple[CompactTable, bytes] | None:

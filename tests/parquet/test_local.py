@@ -260,3 +260,50 @@ def test_shuffled_epoch_decodes_each_row_group_once(
     ds = pq_ds(root, fresh(), shuffle=True, shuffle_block_size=200, columns=["label"])
     assert sorted(x["label"] for x in ds) == list(range(200))
     assert len(decoded) == 40 and len(set(decoded)) == 40
+
+
+def test_footer_longer_than_the_tail_read_takes_a_second_get(
+    pq_table: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The footer is read from the object's last ``TAIL`` bytes; one longer than that needs a
+    second ranged GET for its head. Every split gives the same index as the usual one-GET read,
+    with the GET count the split implies; and an encrypted footer (``PARE``) is refused."""
+    import asyncio
+
+    from astream.runtime import parquet_index
+    from astream.storage.registry import open_store
+
+    root = _copy(pq_table[0], str(tmp_path / "t"))
+    store = open_store(root)
+    ranges: list[tuple[int, int]] = []
+    real = store.get_range
+
+    async def counting(key: str, start: int, end: int, **kw: Any) -> bytes:
+        ranges.append((start, end))
+        return await real(key, start, end, **kw)
+
+    monkeypatch.setattr(store, "get_range", counting)
+    key = "part-0.parquet"
+    info = asyncio.run(store.head(key))
+    with open(os.path.join(root, key), "rb") as f:
+        f.seek(info.size - 8)
+        n = int.from_bytes(f.read(4), "little")  # the footer's Thrift length
+    assert 200 < n < parquet_index.TAIL - 8
+    usual = asyncio.run(parquet_index._read_footer(store, info))
+    assert ranges == [(max(0, info.size - parquet_index.TAIL), info.size)]
+    for tail, gets in ((n + 8, 1), (n + 7, 2), (n // 2, 2), (12, 2)):
+        ranges.clear()
+        monkeypatch.setattr(parquet_index, "TAIL", tail)
+        got = asyncio.run(parquet_index._read_footer(store, info))
+        assert got == usual and got.footer == usual.footer, tail
+        assert len(ranges) == gets, (tail, ranges)
+        assert ranges[0] == (info.size - tail, info.size)
+        if gets == 2:  # the head: from the footer's first byte to where the tail read began
+            assert ranges[1] == (info.size - 8 - n, info.size - tail)
+    monkeypatch.setattr(parquet_index, "TAIL", 64 << 10)
+    with open(os.path.join(root, key), "r+b") as f:  # the encrypted-footer magic
+        f.seek(info.size - 4)
+        f.write(b"PARE")
+    info = asyncio.run(store.head(key))
+    with pytest.raises(FormatError, match=r"part-0\.parquet: encrypted Parquet footers"):
+        asyncio.run(parquet_index._read_footer(store, info))
