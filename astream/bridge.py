@@ -10,7 +10,14 @@ in the caller unchanged (same type, same attributes).
 
 Fork safety: a forked child (a DataLoader worker) inherits the parent's memory but not its
 threads, so the inherited loop object is dead. The owning pid is recorded; a process whose pid
-differs builds a fresh loop and thread and never touches the inherited one.
+differs builds a fresh loop and thread and never touches the inherited one. What the loop thread
+held at the instant of the fork (a module's lock, a buffered file's lock while it wrote to
+stderr) would stay held in the child for good, so a fork from any other thread first parks the
+loop thread between two callbacks -- where it holds nothing -- and lets it go once the child
+exists (``register_at_fork``: :func:`_before_fork`, :func:`_after_fork_in_parent`). The loop
+thread may be busy when workers are forked: the main process reads their first batches while
+torch starts them (``runtime/lead.py``). A loop stuck in one callback for :data:`_PARK_WAIT_S`
+is not waited for longer: that fork goes ahead unparked.
 
 Shutdown: an ``atexit`` hook stops the loop and joins the thread, after giving pending tasks a
 chance to be cancelled, so interpreter exit never hangs on astream.
@@ -156,11 +163,53 @@ def shutdown() -> None:
         cur.stop()
 
 
+_PARK_WAIT_S = 1.0  # the longest a fork waits for the loop thread to reach its next callback
+_PARK_MAX_S = 60.0  # the longest the loop stays parked should the fork never return
+_parked: threading.Event | None = None  # set to let the parked loop thread go on
+
+
+def _before_fork() -> None:
+    """Park this process's loop thread (when it runs and this is not it) until the fork is
+    done: it then holds no lock the child would inherit held."""
+    global _parked
+    cur = _current
+    if cur is None or cur.pid != os.getpid() or threading.current_thread() is cur.thread:
+        return
+    if not cur.thread.is_alive() or cur.loop.is_closed():
+        return
+    here, go = threading.Event(), threading.Event()
+
+    def park() -> None:
+        here.set()
+        go.wait(_PARK_MAX_S)
+
+    try:
+        cur.loop.call_soon_threadsafe(park)
+    except RuntimeError:  # closed meanwhile
+        return
+    if here.wait(_PARK_WAIT_S):
+        _parked = go
+    else:
+        go.set()  # busy in one callback for that long: fork unparked; park() will not wait
+
+
+def _after_fork_in_parent() -> None:
+    global _parked
+    if _parked is not None:
+        _parked.set()
+        _parked = None
+
+
 def _after_fork_in_child() -> None:
     # The lock may have been held by another thread at the instant of the fork.
-    global _lock
+    global _lock, _parked
     _lock = threading.Lock()
+    _parked = None
 
 
 atexit.register(shutdown)
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)

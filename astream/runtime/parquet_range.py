@@ -20,6 +20,7 @@ and reports it.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -36,6 +37,14 @@ _lock = threading.Lock()
 _metas: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _layouts: OrderedDict[tuple[Any, ...], PageLayout | None] = OrderedDict()
 _spans: OrderedDict[tuple[Any, ...], tuple[int, int] | None] = OrderedDict()
+
+
+def _new_lock() -> None:  # held by another thread (a consumer) at the instant of a fork
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock)
 
 
 def _cached(cache: OrderedDict[Any, Any], key: Any, make: Any, limit: int) -> Any:

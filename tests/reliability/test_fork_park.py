@@ -1,0 +1,87 @@
+"""A fork while astream's loop thread is busy (astream/bridge.py, "Fork safety"): the loop
+thread is parked between two callbacks for the fork, so nothing it holds is inherited held;
+a loop stuck in one callback delays a fork by at most ``_PARK_WAIT_S`` and is not blocked
+afterwards; a fork from the loop thread itself is not parked (it would wait for itself)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from astream import bridge
+
+
+def _fork(child: Callable[[], int]) -> tuple[int, float]:
+    """Fork; the child exits with ``child()``'s code. The child's exit code and how long
+    ``os.fork`` took in the parent."""
+    t = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            code = child()
+        finally:
+            os._exit(code)
+    took = time.perf_counter() - t
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), took
+
+
+def test_a_fork_never_inherits_a_lock_the_loop_thread_holds() -> None:
+    lock = threading.Lock()
+    stop = threading.Event()
+    rounds = [0]
+
+    async def hog() -> None:  # holds the lock for 20 ms of every ~20 ms, blocking the loop
+        while not stop.is_set():
+            with lock:
+                rounds[0] += 1
+                time.sleep(0.02)
+            await asyncio.sleep(0)
+
+    fut = bridge.submit(hog())
+    try:
+        while rounds[0] < 2:
+            time.sleep(0.005)
+        codes = [_fork(lambda: 0 if lock.acquire(timeout=1.0) else 3)[0] for _ in range(10)]
+        before = rounds[0]
+        time.sleep(0.1)
+        assert rounds[0] > before  # the parent's loop was let go after each fork
+    finally:
+        stop.set()
+        fut.result(5)
+    assert codes == [0] * 10
+
+
+def test_a_loop_stuck_in_one_callback_delays_a_fork_only_so_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bridge, "_PARK_WAIT_S", 0.1)
+    started = threading.Event()
+
+    async def stuck() -> None:
+        started.set()
+        time.sleep(0.6)  # one callback, never yielding
+
+    fut = bridge.submit(stuck())
+    assert started.wait(5)
+    code, took = _fork(lambda: 0)
+    assert code == 0 and 0.1 <= took < 0.5, took
+    fut.result(5)
+    t = time.perf_counter()  # the late park() found the fork done: it does not block the loop
+    assert bridge.run(asyncio.sleep(0, "ok")) == "ok"
+    assert time.perf_counter() - t < 0.5
+
+
+def test_a_fork_from_the_loop_thread_is_not_parked() -> None:
+    async def fork_here() -> Any:
+        return _fork(lambda: 0)
+
+    code, took = bridge.run(fork_here())
+    assert code == 0 and took < bridge._PARK_WAIT_S, took
