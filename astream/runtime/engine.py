@@ -880,6 +880,7 @@ class Engine:
         per_worker: list[list[tuple[int, list[int]]]],
         writers: list[Any],
         live: list[bool] | None = None,
+        under_way: threading.Event | None = None,
     ) -> None:
         """Read each worker's wanted samples (``per_worker[w]``) by ranges and send each worker
         its bytes as soon as they are complete (``None`` when the read failed: the worker then
@@ -890,20 +891,24 @@ class Engine:
         worker alone come back sooner than with the next workers' headers among them (on the
         images benchmark 5 of the 55 GETs before worker 0's batch was complete; on tokens the
         workers' first batches share their shards). No GET starts once ``live[0]`` is False
-        (the loader's iteration is over)."""
+        (the loader's iteration is over). ``under_way`` is set once the first GET is answered
+        (its requests are at the server then), or when this ends."""
         sem = asyncio.Semaphore(_RANGE_GETS)
         sent = [False] * len(per_worker)
+        answered = None if under_way is None else under_way.set
         try:
             for w, wants in enumerate(per_worker):
                 got: dict[int, tuple[Any, list[int] | None, dict[int, int]]] | None = None
                 try:
                     if wants:
-                        got = await self._range_read(wants, sem, live)
+                        got = await self._range_read(wants, sem, live, answered)
                 except Exception:
                     got = None
                 sent[w] = True
                 lead.send(writers[w], wants, got, self._versions_of(wants) if got else {})
         finally:
+            if under_way is not None:
+                under_way.set()
             for w, done in enumerate(sent):
                 if not done:  # cancelled (the loop shutting down): no worker waits
                     lead.send(writers[w], per_worker[w], None, {})
@@ -1006,10 +1011,11 @@ class Engine:
         wants: list[tuple[int, list[int]]],
         sem: asyncio.Semaphore,
         live: list[bool] | None = None,
+        answered: Callable[[], None] | None = None,
     ) -> dict[int, tuple[Any, list[int] | None, dict[int, int]]]:
         """:meth:`_range_batch`'s reads, under ``sem``: per shard, the wanted samples back to
         back, their offsets in that buffer, and each sample's slot (``live``: see
-        :meth:`lead_first`)."""
+        :meth:`lead_first`; ``answered`` is called as each GET's bytes are in)."""
         parts = self._parts()
         stats = parts.stats
         versions = parts.fetcher.versions
@@ -1033,6 +1039,8 @@ class Engine:
                 data = await versions.read(store, remote, key, a, b, shard.etag, cached)
             stats.range_requests += 1
             stats.add_bytes(remote, len(data))
+            if answered is not None:
+                answered()
             if len(data) != b - a:
                 raise FormatError(f"range {a}-{b} came back with {len(data)} bytes", key)
             return data
@@ -1098,6 +1106,8 @@ class Engine:
             async with sem:
                 check()
                 offsets, _ = await self._range_offsets(parts, s)
+            if answered is not None:
+                answered()
             want = sorted(set(locals_))
             runs: list[tuple[int, int]] = []  # [first, last] index into ``want``, inclusive
             first = 0

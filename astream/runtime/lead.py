@@ -8,9 +8,21 @@ started its own loop thread and its own SDK client, and the workers' requests re
 all at once and in no order, so worker 0's batch -- the one the DataLoader hands out first --
 completes about when every worker's does. The process that builds the loader already has its
 loop thread and its client (the index was read with them), so it reads the first batch of each
-worker instead, right after the workers are started: one queue of GETs in worker order (worker
-0's first), each shard's header read once for all workers, and each worker's bytes sent to it
-as soon as they are complete.
+worker instead: one queue of GETs in worker order (worker 0's first), each shard's header read
+once for all workers, and each worker's bytes sent to it as soon as they are complete. The reads
+start before torch starts the workers, which waits for the first answer (at most
+``_LEAD_HEAD_START_S``, 0.1 s, in torch/dataloader.py): a fork parks the loop thread (below), and
+forking two workers of a process that has imported torch takes 17-50 ms on the 2-core benchmark
+machine, during which the server is answering the GETs already at it. The workers only wait for
+their messages, so the fork is off the first batch's path (median 34-42 ms sooner on the cold
+images benchmark, three rounds of 7-9 interleaved runs).
+
+Forking while the loop thread reads: every fork parks the loop thread between two callbacks, so
+no lock it takes (a module's, OpenSSL's, a buffered stream's) is inherited held
+(``astream/bridge.py``); a forked worker builds its own loop and client (``bridge``, the
+engine's per-process parts by pid) and never touches the ones it inherited; the write ends it
+inherits are closed at once (below). If torch fails to start the workers, the reads stop (no GET
+starts) and each message, written or not, finds no reader and is dropped.
 
 Hand-over: one pipe per worker, made before the workers start (a forked worker inherits its
 end; a spawned one receives it with the dataset, which multiprocessing allows while it spawns).
@@ -128,11 +140,11 @@ def send(conn: Connection, wants: Wants, payload: Payload | None, versions: Vers
 
 
 def _forget(conn: Connection) -> None:
+    conn.close()  # before it leaves _WRITERS: a worker forked in between closes it too
     try:
         _WRITERS.remove(conn)
     except ValueError:
         pass
-    conn.close()
 
 
 def close_writers(writers: list[Connection]) -> None:

@@ -22,6 +22,7 @@ import gc
 import itertools
 import multiprocessing
 import os
+import threading
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -38,12 +39,16 @@ from astream.core.batchdecode import batch_rows
 from astream.core.world import World
 from astream.errors import ConfigError
 from astream.placement import detect
-from astream.runtime.lead import LeadEnds, close_writers, open_pipes
+from astream.runtime.lead import LeadEnds, open_pipes
 from astream.torch.batches import identity as _identity
 from astream.torch.dataset import StreamingDataset
 from astream.torch.shm import RingCollate, adopt_premade
 
 __all__ = ["StreamingDataLoader"]
+
+# the longest the workers' start waits for the first answer to the main process's reads of
+# their first batches (runtime/lead.py); on a stalled server they start after it regardless
+_LEAD_HEAD_START_S = 0.1
 
 
 def _batch_len(batch: Any) -> int:
@@ -331,14 +336,21 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
         core._epochs.set_iteration(0, token)
         ring = self.collate_fn if isinstance(self.collate_fn, RingCollate) else None
         premade = ring.premake(self.num_workers) if ring is not None and self._forks() else None
+        live = self._lead_live = [lead is not None]
+        if lead is not None:  # the first batches' GETs go out while torch starts the workers
+            under_way = threading.Event()
+            bridge.submit(self._core.engine.lead_first(lead[2], lead[1], live, under_way))
+            # a fork parks the loop thread (astream/bridge.py): first let the requests reach
+            # the server, which then answers them during the forks (runtime/lead.py)
+            under_way.wait(_LEAD_HEAD_START_S)
         gc.freeze()
         try:
             it = super()._get_iterator()
         except BaseException:
             if lead is not None:
+                live[0] = False  # no GET starts now; each message then finds no reader
                 self._core.engine._lead = None
                 lead[0].close()
-                close_writers(lead[1])
             if premade is not None:
                 for fds in premade.values():
                     for fd in fds:
@@ -354,11 +366,8 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
             for w, proc in enumerate(it._workers):  # type: ignore[attr-defined]
                 adopt_premade(ring.group, w, proc.pid, premade[w])
         if lead is not None:
-            ends, writers, per_worker = lead
             self._core.engine._lead = None
-            ends.close()  # the workers hold their read ends now
-            live = self._lead_live = [True]
-            bridge.submit(self._core.engine.lead_first(per_worker, writers, live))
+            lead[0].close()  # the workers hold their read ends now
         return it
 
     def _forks(self) -> bool:

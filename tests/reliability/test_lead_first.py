@@ -391,3 +391,133 @@ def test_column_batches_after_a_handed_over_first_batch(
         ids += got
     assert sorted(ids) == list(range(240))
     assert ds.engine._parts().stats.range_requests > 0  # the main process read first batches
+
+
+def test_reads_are_handed_to_the_loop_before_any_worker_starts(
+    s3_server: Any,
+    s3_big: str,
+    big_src: str,
+    make_proxy: MakeProxy,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first batches' GETs go out while torch starts the workers (forking a process that
+    has imported torch takes tens of ms), not after: ``lead_first`` is submitted to the loop
+    before the first worker process is started, and the batches are still exact."""
+    import multiprocessing.process
+
+    events: list[str] = []
+    real_lead, real_start = Engine.lead_first, multiprocessing.process.BaseProcess.start
+
+    def lead_first(self: Engine, *a: Any, **k: Any) -> Any:
+        events.append("lead")
+        return real_lead(self, *a, **k)
+
+    def start(self: Any) -> None:
+        events.append("start")
+        real_start(self)
+
+    monkeypatch.setattr(Engine, "lead_first", lead_first)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start)
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "c"), 1)
+    got = run(ds)
+    assert events[:3] == ["lead", "start", "start"], events
+    assert sorted(i for b in got for i in b) == list(range(len(ds)))
+    w0, w1 = first_shards(ds, 2)
+    assert set(header_gets(ds, proxy, sizes)) == w0 | w1  # read by the main process, once each
+    assert not lead_threads()
+
+
+def test_workers_that_fail_to_start_leave_no_pipe_or_thread(
+    s3_server: Any,
+    s3_big: str,
+    big_src: str,
+    make_proxy: MakeProxy,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first worker process fails to start (as a fork refused for memory would) after the
+    first batches' reads were submitted: the error reaches the caller, the reads end (each
+    message finds no reader), and no pipe end, writer thread or write end is left; the next
+    iteration runs whole."""
+    import multiprocessing.process
+
+    from astream.runtime import lead
+
+    class Refused(OSError):
+        pass
+
+    real_start = multiprocessing.process.BaseProcess.start
+    starts: list[int] = []
+
+    def fail(self: Any) -> None:
+        starts.append(1)
+        time.sleep(0.2)  # the main process's reads are under way meanwhile
+        raise Refused("no workers today")
+
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "f"), 1)
+    ld = StreamingDataLoader(ds, batch_size=BS, num_workers=2)
+    before = pipe_fds()
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", fail)
+    with pytest.raises(Refused, match="no workers today"):
+        next(iter(ld))
+    assert starts == [1]  # the fault happened where it claims: at the first worker's start
+    assert range_gets(proxy, sizes)  # the reads had begun
+    deadline = time.monotonic() + 10  # they end on their own: no GET starts, messages dropped
+    while (lead._WRITERS or pipe_fds() != before) and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.1)
+    assert lead._WRITERS == [] and pipe_fds() == before and not lead_threads()
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", real_start)
+    assert sorted(int(i) for b in ld for i in b["id"]) == list(range(240))
+
+
+def test_under_way_is_set_at_the_first_answer(
+    s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """``lead_first`` tells the loader when its requests are at the server (the workers are
+    forked then, runtime/lead.py): at the first answer, a shard header's, when no sample range
+    can have been asked for yet (each follows its header); and when it ends without a GET."""
+    from astream import bridge
+    from astream.runtime.lead import open_pipes
+
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "u"), 1)
+    plan = ds.plan(0)
+    per_worker = [
+        ds.engine.lead_wants(next(iter(plan.worker_batches(World(1, 1, 2), 0, w, 0))))
+        for w in range(2)
+    ]
+    heads = {
+        (shard.raw_key.rsplit("/", 1)[-1], f"bytes=0-{header_size(e.samples) - 1}")
+        for shard, e in zip(ds.catalog.shards, ds.catalog.entries)
+    }
+
+    class Seen(threading.Event):
+        at: list[tuple[str, str]] | None = None
+
+        def set(self) -> None:
+            if self.at is None:
+                self.at = list(range_gets(proxy, sizes))
+            super().set()
+
+    for live in ([False], [True]):
+        proxy.reset_stats()
+        ends, writers = open_pipes(2)
+        seen = Seen()
+        bridge.run(ds.engine.lead_first(per_worker, writers, live, seen))
+        assert seen.is_set() and seen.at is not None
+        if live[0]:
+            assert seen.at and set(seen.at) <= heads, seen.at  # headers only, so far
+            assert set(range_gets(proxy, sizes)) - heads  # ... then the samples' ranges
+        else:
+            assert seen.at == [] and range_gets(proxy, sizes) == []
+        for conn in ends.readers:
+            assert conn is not None and conn.poll(30)
+            conn.recv_bytes()
+        ends.close()
