@@ -14,8 +14,8 @@ start before torch starts the workers, which waits for the first answer (at most
 ``_LEAD_HEAD_START_S``, 0.1 s, in torch/dataloader.py): a fork parks the loop thread (below), and
 forking two workers of a process that has imported torch takes 17-50 ms on the 2-core benchmark
 machine, during which the server is answering the GETs already at it. The workers only wait for
-their messages, so the fork is off the first batch's path (median 34-42 ms sooner on the cold
-images benchmark, three rounds of 7-9 interleaved runs).
+their messages, so the fork is off the first batch's path (cold images benchmark: 34 and 38 ms
+sooner, medians of two rounds of 9 interleaved pairs; benchmarks/results/2026-12-03-leadfork).
 
 Forking while the loop thread reads: every fork parks the loop thread between two callbacks, so
 no lock it takes (a module's, OpenSSL's, a buffered stream's) is inherited held
