@@ -84,6 +84,33 @@ def pipe_fds() -> int:
     return n
 
 
+def lead_wants(ds: Any, workers: int = 2) -> list[list[tuple[int, list[int]]]]:
+    """What the main process reads for each worker's first batch (epoch 0, from the start)."""
+    plan = ds.plan(0)
+    return [
+        ds.engine.lead_wants(next(iter(plan.worker_batches(World(1, 1, workers), 0, w, 0))))
+        for w in range(workers)
+    ]
+
+
+class Proxied:
+    """moto behind a fresh recording proxy, with the big dataset's remote and shard sizes."""
+
+    def __init__(self, proxy: FaultProxy, remote: str, sizes: dict[str, int]) -> None:
+        self.proxy, self.remote, self.sizes = proxy, remote, sizes
+
+    def dataset(self, local: str, first: int = 1) -> Any:
+        return dataset(self.remote, s3_opts(self.proxy), local, first)
+
+    def gets(self) -> list[tuple[str, str]]:
+        return range_gets(self.proxy, self.sizes)
+
+
+@pytest.fixture
+def proxied(s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy) -> Proxied:
+    return Proxied(make_proxy(s3_server.url), s3_big, shard_sizes(big_src))
+
+
 @pytest.mark.parametrize(
     "ctx",
     [
@@ -189,11 +216,7 @@ def test_no_get_once_the_iteration_is_over(
     proxy = make_proxy(s3_server.url)
     sizes = shard_sizes(big_src)
     ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "x"), 1)
-    plan = ds.plan(0)
-    per_worker = [
-        ds.engine.lead_wants(next(iter(plan.worker_batches(World(1, 1, 2), 0, w, 0))))
-        for w in range(2)
-    ]
+    per_worker = lead_wants(ds)
     assert all(per_worker)
     for live, expect_bytes in (([False], False), ([True], True)):
         ends, writers = open_pipes(2)
@@ -394,12 +417,7 @@ def test_column_batches_after_a_handed_over_first_batch(
 
 
 def test_reads_are_handed_to_the_loop_before_any_worker_starts(
-    s3_server: Any,
-    s3_big: str,
-    big_src: str,
-    make_proxy: MakeProxy,
-    tmp_path: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    proxied: Proxied, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first batches' GETs go out while torch starts the workers (forking a process that
     has imported torch takes tens of ms), not after: ``lead_first`` is submitted to the loop
@@ -419,24 +437,17 @@ def test_reads_are_handed_to_the_loop_before_any_worker_starts(
 
     monkeypatch.setattr(Engine, "lead_first", lead_first)
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start)
-    proxy = make_proxy(s3_server.url)
-    sizes = shard_sizes(big_src)
-    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "c"), 1)
+    ds = proxied.dataset(str(tmp_path / "c"))
     got = run(ds)
     assert events[:3] == ["lead", "start", "start"], events
     assert sorted(i for b in got for i in b) == list(range(len(ds)))
-    w0, w1 = first_shards(ds, 2)
-    assert set(header_gets(ds, proxy, sizes)) == w0 | w1  # read by the main process, once each
+    w0, w1 = first_shards(ds, 2)  # headers read by the main process, once each
+    assert set(header_gets(ds, proxied.proxy, proxied.sizes)) == w0 | w1
     assert not lead_threads()
 
 
 def test_workers_that_fail_to_start_leave_no_pipe_or_thread(
-    s3_server: Any,
-    s3_big: str,
-    big_src: str,
-    make_proxy: MakeProxy,
-    tmp_path: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    proxied: Proxied, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first worker process fails to start (as a fork refused for memory would) after the
     first batches' reads were submitted: the error reaches the caller, the reads end (each
@@ -457,16 +468,13 @@ def test_workers_that_fail_to_start_leave_no_pipe_or_thread(
         time.sleep(0.2)  # the main process's reads are under way meanwhile
         raise Refused("no workers today")
 
-    proxy = make_proxy(s3_server.url)
-    sizes = shard_sizes(big_src)
-    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "f"), 1)
-    ld = StreamingDataLoader(ds, batch_size=BS, num_workers=2)
+    ld = StreamingDataLoader(proxied.dataset(str(tmp_path / "f")), batch_size=BS, num_workers=2)
     before = pipe_fds()
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", fail)
     with pytest.raises(Refused, match="no workers today"):
         next(iter(ld))
     assert starts == [1]  # the fault happened where it claims: at the first worker's start
-    assert range_gets(proxy, sizes)  # the reads had begun
+    assert proxied.gets()  # the reads had begun
     deadline = time.monotonic() + 10  # they end on their own: no GET starts, messages dropped
     while (lead._WRITERS or pipe_fds() != before) and time.monotonic() < deadline:
         gc.collect()
@@ -476,23 +484,15 @@ def test_workers_that_fail_to_start_leave_no_pipe_or_thread(
     assert sorted(int(i) for b in ld for i in b["id"]) == list(range(240))
 
 
-def test_under_way_is_set_at_the_first_answer(
-    s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
-) -> None:
+def test_under_way_is_set_at_the_first_answer(proxied: Proxied, tmp_path: Any) -> None:
     """``lead_first`` tells the loader when its requests are at the server (the workers are
     forked then, runtime/lead.py): at the first answer, a shard header's, when no sample range
     can have been asked for yet (each follows its header); and when it ends without a GET."""
     from astream import bridge
     from astream.runtime.lead import open_pipes
 
-    proxy = make_proxy(s3_server.url)
-    sizes = shard_sizes(big_src)
-    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "u"), 1)
-    plan = ds.plan(0)
-    per_worker = [
-        ds.engine.lead_wants(next(iter(plan.worker_batches(World(1, 1, 2), 0, w, 0))))
-        for w in range(2)
-    ]
+    ds = proxied.dataset(str(tmp_path / "u"))
+    per_worker = lead_wants(ds)
     heads = {
         (shard.raw_key.rsplit("/", 1)[-1], f"bytes=0-{header_size(e.samples) - 1}")
         for shard, e in zip(ds.catalog.shards, ds.catalog.entries)
@@ -503,20 +503,20 @@ def test_under_way_is_set_at_the_first_answer(
 
         def set(self) -> None:
             if self.at is None:
-                self.at = list(range_gets(proxy, sizes))
+                self.at = proxied.gets()
             super().set()
 
     for live in ([False], [True]):
-        proxy.reset_stats()
+        proxied.proxy.reset_stats()
         ends, writers = open_pipes(2)
         seen = Seen()
         bridge.run(ds.engine.lead_first(per_worker, writers, live, seen))
         assert seen.is_set() and seen.at is not None
         if live[0]:
             assert seen.at and set(seen.at) <= heads, seen.at  # headers only, so far
-            assert set(range_gets(proxy, sizes)) - heads  # ... then the samples' ranges
+            assert set(proxied.gets()) - heads  # ... then the samples' ranges
         else:
-            assert seen.at == [] and range_gets(proxy, sizes) == []
+            assert seen.at == [] and proxied.gets() == []
         for conn in ends.readers:
             assert conn is not None and conn.poll(30)
             conn.recv_bytes()
