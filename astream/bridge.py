@@ -165,13 +165,12 @@ def shutdown() -> None:
 
 _PARK_WAIT_S = 1.0  # the longest a fork waits for the loop thread to reach its next callback
 _PARK_MAX_S = 60.0  # the longest the loop stays parked should the fork never return
-_parked: threading.Event | None = None  # set to let the parked loop thread go on
+_parked: dict[int, threading.Event] = {}  # forking thread -> set it to let the loop go on
 
 
 def _before_fork() -> None:
     """Park this process's loop thread (when it runs and this is not it) until the fork is
     done: it then holds no lock the child would inherit held."""
-    global _parked
     cur = _current
     if cur is None or cur.pid != os.getpid() or threading.current_thread() is cur.thread:
         return
@@ -188,23 +187,22 @@ def _before_fork() -> None:
     except RuntimeError:  # closed meanwhile
         return
     if here.wait(_PARK_WAIT_S):
-        _parked = go
+        _parked[threading.get_ident()] = go  # two threads forking at once each free their own
     else:
         go.set()  # busy in one callback for that long: fork unparked; park() will not wait
 
 
 def _after_fork_in_parent() -> None:
-    global _parked
-    if _parked is not None:
-        _parked.set()
-        _parked = None
+    go = _parked.pop(threading.get_ident(), None)
+    if go is not None:
+        go.set()
 
 
 def _after_fork_in_child() -> None:
     # The lock may have been held by another thread at the instant of the fork.
     global _lock, _parked
     _lock = threading.Lock()
-    _parked = None
+    _parked = {}
 
 
 atexit.register(shutdown)

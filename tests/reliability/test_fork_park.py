@@ -59,6 +59,44 @@ def test_a_fork_never_inherits_a_lock_the_loop_thread_holds() -> None:
     assert codes == [0] * 10
 
 
+def test_two_threads_forking_at_once_each_fork_parked() -> None:
+    """Forks from two threads at once: each child still finds the loop's lock free, and the
+    loop is let go after all of them."""
+    lock = threading.Lock()
+    stop = threading.Event()
+    rounds = [0]
+
+    async def hog() -> None:
+        while not stop.is_set():
+            with lock:
+                rounds[0] += 1
+                time.sleep(0.005)
+            await asyncio.sleep(0)
+
+    codes: list[int] = []
+
+    def forks() -> None:
+        for _ in range(8):
+            codes.append(_fork(lambda: 0 if lock.acquire(timeout=1.0) else 3)[0])
+
+    fut = bridge.submit(hog())
+    try:
+        while rounds[0] < 2:
+            time.sleep(0.005)
+        threads = [threading.Thread(target=forks) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        before = rounds[0]
+        time.sleep(0.1)
+        assert rounds[0] > before
+    finally:
+        stop.set()
+        fut.result(5)
+    assert codes == [0] * 16
+
+
 def test_a_loop_stuck_in_one_callback_delays_a_fork_only_so_long(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
