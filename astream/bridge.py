@@ -17,7 +17,12 @@ loop thread between two callbacks -- where it holds nothing -- and lets it go on
 exists (``register_at_fork``: :func:`_before_fork`, :func:`_after_fork_in_parent`). The loop
 thread may be busy when workers are forked: the main process reads their first batches while
 torch starts them (``runtime/lead.py``). A loop stuck in one callback for :data:`_PARK_WAIT_S`
-is not waited for longer: that fork goes ahead unparked.
+is not waited for longer: that fork goes ahead unparked. The loop's name lookups run in its
+executor's threads, inside the C library's resolver and its locks; the loop's
+``getaddrinfo`` counts them from submission to return, and a fork, once the loop is parked
+(so no new one starts), waits for those in flight (at most :data:`_RESOLVE_WAIT_S`). Other
+executor work (hashing, decompression, lock waits, the epoch plan) touches nothing a child
+uses and is not waited for.
 
 Shutdown: an ``atexit`` hook stops the loop and joins the thread, after giving pending tasks a
 chance to be cancelled, so interpreter exit never hangs on astream.
@@ -37,7 +42,9 @@ import asyncio
 import atexit
 import concurrent.futures
 import os
+import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -50,6 +57,12 @@ class _LoopThread:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
+        self.executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="astream-exec")
+        self.loop.set_default_executor(self.executor)
+        try:  # name lookups counted, so that a fork waits for them (_before_fork)
+            self.loop.getaddrinfo = self._getaddrinfo  # type: ignore[method-assign]
+        except AttributeError:  # a loop type that takes no attribute (uvloop's): uncounted
+            pass
         self._ready = threading.Event()
         self.finalizers: list[Callable[[], Awaitable[None]]] = []
         self.thread = threading.Thread(target=self._main, name="astream-loop", daemon=True)
@@ -72,6 +85,38 @@ class _LoopThread:
                 self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             finally:
                 self.loop.close()
+
+    async def _getaddrinfo(
+        self,
+        host: Any,
+        port: Any,
+        *,
+        family: int = 0,
+        type: int = 0,
+        proto: int = 0,
+        flags: int = 0,
+    ) -> Any:
+        """``loop.getaddrinfo`` (asyncio's: ``socket.getaddrinfo`` in the executor), counted in
+        :data:`_resolving` from submission until it returns or is cancelled before it ran."""
+
+        def resolve() -> Any:
+            try:
+                return socket.getaddrinfo(host, port, family, type, proto, flags)
+            finally:
+                _resolved(-1)
+
+        _resolved(+1)
+        try:
+            job = self.executor.submit(resolve)
+        except BaseException:
+            _resolved(-1)
+            raise
+        try:
+            return await asyncio.wrap_future(job)
+        except asyncio.CancelledError:
+            if job.cancel():  # never ran: resolve() will not count itself out
+                _resolved(-1)
+            raise
 
     def _cancel_all(self) -> None:
         tasks = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
@@ -164,6 +209,16 @@ def shutdown() -> None:
 
 
 _PARK_WAIT_S = 1.0  # the longest a fork waits for the loop thread to reach its next callback
+_RESOLVE_WAIT_S = 15.0  # ... and then for the name lookups in flight (a slow resolver's retries)
+_resolving = [0]  # getaddrinfo calls of this process's loop submitted and not yet returned
+_resolving_lock = threading.Lock()
+
+
+def _resolved(n: int) -> None:
+    with _resolving_lock:
+        _resolving[0] += n
+
+
 _PARK_MAX_S = 60.0  # the longest the loop stays parked should the fork never return
 _parked: dict[int, threading.Event] = {}  # forking thread -> set it to let the loop go on
 
@@ -190,6 +245,11 @@ def _before_fork() -> None:
         _parked[threading.get_ident()] = go  # two threads forking at once each free their own
     else:
         go.set()  # busy in one callback for that long: fork unparked; park() will not wait
+    # a name lookup runs in an executor thread, inside the C library's resolver and its locks;
+    # with the loop parked no new one starts: wait for those in flight to return
+    deadline = time.monotonic() + _RESOLVE_WAIT_S
+    while _resolving[0] > 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def _after_fork_in_parent() -> None:
@@ -200,9 +260,11 @@ def _after_fork_in_parent() -> None:
 
 def _after_fork_in_child() -> None:
     # The lock may have been held by another thread at the instant of the fork.
-    global _lock, _parked
+    global _lock, _parked, _resolving_lock
     _lock = threading.Lock()
     _parked = {}
+    _resolving_lock = threading.Lock()
+    _resolving[0] = 0  # the parent's lookups are not this process's
 
 
 atexit.register(shutdown)

@@ -1,12 +1,14 @@
 """A fork while astream's loop thread is busy (astream/bridge.py, "Fork safety"): the loop
 thread is parked between two callbacks for the fork, so nothing it holds is inherited held;
-a loop stuck in one callback delays a fork by at most ``_PARK_WAIT_S`` and is not blocked
+the loop's name lookups in flight (in executor threads, inside the C resolver) are waited
+for; a loop stuck in one callback delays a fork by at most ``_PARK_WAIT_S`` and is not blocked
 afterwards; a fork from the loop thread itself is not parked (it would wait for itself)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -123,3 +125,72 @@ def test_a_fork_from_the_loop_thread_is_not_parked() -> None:
 
     code, took = bridge.run(fork_here())
     assert code == 0 and took < bridge._PARK_WAIT_S, took
+
+
+def test_a_fork_waits_for_the_loops_name_lookups(monkeypatch: pytest.MonkeyPatch) -> None:
+    resolver = threading.Lock()  # stands in for the C library's resolver state
+    inside = threading.Event()
+    answer = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 80))]
+
+    def slow_lookup(*args: Any) -> Any:
+        with resolver:
+            inside.set()
+            time.sleep(0.3)
+            return answer
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow_lookup)
+    fut = bridge.submit(bridge.get_loop().getaddrinfo("astream-test.invalid", 80))
+    assert inside.wait(5)
+    code, took = _fork(lambda: 0 if resolver.acquire(timeout=1.0) else 3)
+    assert code == 0 and took >= 0.15, took  # it waited for the lookup to return
+    assert fut.result(5) == answer and bridge._resolving[0] == 0
+
+
+def test_a_lookup_cancelled_before_it_ran_is_not_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every executor thread busy, a lookup queued and then cancelled: it never runs, and it
+    is not counted as in flight (a fork after it does not wait for it)."""
+    loop = bridge.get_loop()
+    ex = bridge._get().executor
+    release = threading.Event()
+    busy = [ex.submit(release.wait, 10) for _ in range(ex._max_workers)]
+    ran: list[int] = []
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a: ran.append(1) or [])
+    monkeypatch.setattr(bridge, "_RESOLVE_WAIT_S", 5.0)
+    try:
+        fut = bridge.submit(loop.getaddrinfo("astream-test.invalid", 80))
+        deadline = time.monotonic() + 5
+        while bridge._resolving[0] != 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert bridge._resolving[0] == 1
+        fut.cancel()
+        while bridge._resolving[0] != 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert bridge._resolving[0] == 0
+    finally:
+        release.set()
+        for b in busy:
+            b.result(5)
+    code, took = _fork(lambda: 0)
+    assert code == 0 and took < 1.0 and ran == []
+
+
+def test_a_child_forked_past_a_slow_lookup_counts_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lookup slower than ``_RESOLVE_WAIT_S``: the fork goes ahead, and the child, which
+    has no such lookup, does not count it (its own forks would wait for it in vain)."""
+    inside = threading.Event()
+
+    def slow_lookup(*args: Any) -> Any:
+        inside.set()
+        time.sleep(0.5)
+        return []
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow_lookup)
+    monkeypatch.setattr(bridge, "_RESOLVE_WAIT_S", 0.05)
+    fut = bridge.submit(bridge.get_loop().getaddrinfo("astream-test.invalid", 80))
+    assert inside.wait(5)
+    code, took = _fork(lambda: 0 if bridge._resolving[0] == 0 else 4)
+    assert bridge._resolving[0] == 1  # the fork went ahead with it in flight here
+    assert code == 0 and took < 0.4, took
+    assert fut.result(5) == [] and bridge._resolving[0] == 0
