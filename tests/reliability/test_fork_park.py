@@ -194,3 +194,31 @@ def test_a_child_forked_past_a_slow_lookup_counts_none(monkeypatch: pytest.Monke
     assert bridge._resolving[0] == 1  # the fork went ahead with it in flight here
     assert code == 0 and took < 0.4, took
     assert fut.result(5) == [] and bridge._resolving[0] == 0
+
+
+def test_a_store_reaches_a_server_by_name_through_the_counted_lookup(
+    http_server: Any, http_root: str
+) -> None:
+    """The stores' clients resolve through the loop's counted ``getaddrinfo`` (every other
+    test server is an IP literal, which needs no lookup): a read by ``localhost`` works, is
+    counted while it resolves, and leaves nothing counted."""
+    from astream.storage.registry import open_store
+
+    with open(os.path.join(http_root, "by-name.bin"), "wb") as f:
+        f.write(b"0123456789")
+    url = http_server.url.replace("127.0.0.1", "localhost")
+    assert "localhost" in url
+    seen: list[int] = []
+    real = socket.getaddrinfo
+
+    def watched(*args: Any) -> Any:
+        seen.append(bridge._resolving[0])
+        return real(*args)
+
+    socket.getaddrinfo = watched
+    try:
+        store = open_store(url)
+        assert bridge.run(store.get_range("by-name.bin", 2, 6)) == b"2345"
+    finally:
+        socket.getaddrinfo = real
+    assert seen and min(seen) >= 1 and bridge._resolving[0] == 0
