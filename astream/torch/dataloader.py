@@ -39,7 +39,7 @@ from astream.core.batchdecode import batch_rows
 from astream.core.world import World
 from astream.errors import ConfigError
 from astream.placement import detect
-from astream.runtime.lead import LeadEnds, open_pipes
+from astream.runtime.lead import LeadEnds, close_writers, open_pipes
 from astream.torch.batches import identity as _identity
 from astream.torch.dataset import StreamingDataset
 from astream.torch.shm import RingCollate, adopt_premade
@@ -337,27 +337,33 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
         ring = self.collate_fn if isinstance(self.collate_fn, RingCollate) else None
         premade = ring.premake(self.num_workers) if ring is not None and self._forks() else None
         live = self._lead_live = [lead is not None]
-        if lead is not None:  # the first batches' GETs go out while torch starts the workers
-            under_way = threading.Event()
-            bridge.submit(self._core.engine.lead_first(lead[2], lead[1], live, under_way))
-            # a fork parks the loop thread (astream/bridge.py): first let the requests reach
-            # the server, which then answers them during the forks (runtime/lead.py)
-            under_way.wait(_LEAD_HEAD_START_S)
-        gc.freeze()
+        submitted = frozen = False
         try:
+            if lead is not None:  # the first batches' GETs go out while torch starts the workers
+                under_way = threading.Event()
+                bridge.submit(self._core.engine.lead_first(lead[2], lead[1], live, under_way))
+                submitted = True
+                # a fork parks the loop thread (astream/bridge.py): first let the requests
+                # reach the server, which then answers them during the forks (runtime/lead.py)
+                under_way.wait(_LEAD_HEAD_START_S)
+            gc.freeze()
+            frozen = True
             it = super()._get_iterator()
         except BaseException:
             if lead is not None:
                 live[0] = False  # no GET starts now; each message then finds no reader
                 self._core.engine._lead = None
                 lead[0].close()
+                if not submitted:  # no reads to drop the write ends
+                    close_writers(lead[1])
             if premade is not None:
                 for fds in premade.values():
                     for fd in fds:
                         os.close(fd)
             raise
         finally:
-            gc.unfreeze()
+            if frozen:
+                gc.unfreeze()
             core._loader_token = None
             if ring is not None:
                 ring._premade = None  # forked: a later fork must not inherit them

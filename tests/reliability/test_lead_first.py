@@ -521,3 +521,38 @@ def test_under_way_is_set_at_the_first_answer(proxied: Proxied, tmp_path: Any) -
             assert conn is not None and conn.poll(30)
             conn.recv_bytes()
         ends.close()
+
+
+def test_reads_that_cannot_be_submitted_leave_no_pipe(
+    proxied: Proxied, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Handing the reads to the loop fails (no reads will drop the write ends): the error
+    reaches the caller and the loader closes both ends itself; the next iteration is whole."""
+    from astream.runtime import lead
+    from astream.torch import dataloader
+
+    class NoLoop(RuntimeError):
+        pass
+
+    real = dataloader.bridge.submit
+    calls: list[int] = []
+
+    def refuse(coro: Any) -> Any:
+        calls.append(1)
+        coro.close()
+        raise NoLoop("the loop is gone")
+
+    ld = StreamingDataLoader(proxied.dataset(str(tmp_path / "n")), batch_size=BS, num_workers=2)
+    before = pipe_fds()
+    monkeypatch.setattr(dataloader.bridge, "submit", refuse)
+    with pytest.raises(NoLoop, match="the loop is gone"):
+        next(iter(ld))
+    monkeypatch.setattr(dataloader.bridge, "submit", real)
+    assert calls == [1] and proxied.gets() == []
+    assert lead._WRITERS == []
+    deadline = time.monotonic() + 10
+    while pipe_fds() != before and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.1)
+    assert pipe_fds() == before
+    assert sorted(int(i) for b in ld for i in b["id"]) == list(range(240))
