@@ -44,7 +44,6 @@ import concurrent.futures
 import os
 import socket
 import threading
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -211,12 +210,14 @@ def shutdown() -> None:
 _PARK_WAIT_S = 1.0  # the longest a fork waits for the loop thread to reach its next callback
 _RESOLVE_WAIT_S = 15.0  # ... and then for the name lookups in flight (a slow resolver's retries)
 _resolving = [0]  # getaddrinfo calls of this process's loop submitted and not yet returned
-_resolving_lock = threading.Lock()
+_resolving_done = threading.Condition()  # notified when that count comes back to 0
 
 
 def _resolved(n: int) -> None:
-    with _resolving_lock:
+    with _resolving_done:
         _resolving[0] += n
+        if _resolving[0] == 0:
+            _resolving_done.notify_all()
 
 
 _PARK_MAX_S = 60.0  # the longest the loop stays parked should the fork never return
@@ -247,9 +248,8 @@ def _before_fork() -> None:
         go.set()  # busy in one callback for that long: fork unparked; park() will not wait
     # a name lookup runs in an executor thread, inside the C library's resolver and its locks;
     # with the loop parked no new one starts: wait for those in flight to return
-    deadline = time.monotonic() + _RESOLVE_WAIT_S
-    while _resolving[0] > 0 and time.monotonic() < deadline:
-        time.sleep(0.001)
+    with _resolving_done:
+        _resolving_done.wait_for(lambda: _resolving[0] <= 0, _RESOLVE_WAIT_S)
 
 
 def _after_fork_in_parent() -> None:
@@ -260,10 +260,10 @@ def _after_fork_in_parent() -> None:
 
 def _after_fork_in_child() -> None:
     # The lock may have been held by another thread at the instant of the fork.
-    global _lock, _parked, _resolving_lock
+    global _lock, _parked, _resolving_done
     _lock = threading.Lock()
     _parked = {}
-    _resolving_lock = threading.Lock()
+    _resolving_done = threading.Condition()
     _resolving[0] = 0  # the parent's lookups are not this process's
 
 

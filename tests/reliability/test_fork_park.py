@@ -142,7 +142,7 @@ def test_a_fork_waits_for_the_loops_name_lookups(monkeypatch: pytest.MonkeyPatch
     fut = bridge.submit(bridge.get_loop().getaddrinfo("astream-test.invalid", 80))
     assert inside.wait(5)
     code, took = _fork(lambda: 0 if resolver.acquire(timeout=1.0) else 3)
-    assert code == 0 and took >= 0.15, took  # it waited for the lookup to return
+    assert code == 0 and 0.15 <= took < 2.0, took  # it waited for the lookup, not longer
     assert fut.result(5) == answer and bridge._resolving[0] == 0
 
 
