@@ -17,6 +17,7 @@ has not received yet.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -36,6 +37,7 @@ __all__ = [
     "POOL_SIZE",
     "RawBackend",
     "changed_error",
+    "check_content_range",
     "error_for_status",
     "join_key",
     "range_header",
@@ -142,3 +144,21 @@ def error_for_status(status: int, url: str, detail: str = "") -> StorageError:
     if status in (408, 500, 502, 503, 504) or status >= 500:
         return TransientStorageError(f"server error ({what})", url)
     return StorageError(f"request failed ({what})", url, retryable=False)
+
+
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+def check_content_range(value: str | None, rng: str, start: int, end: int | None, url: str) -> None:
+    """A 206 must carry exactly the range asked for (cut at the end of the object)."""
+    m = _CONTENT_RANGE.fullmatch(value or "")
+    ok = m is not None and int(m[1]) == start
+    if ok and m is not None and end is not None and int(m[2]) != end - 1:
+        ok = m[3] != "*" and int(m[2]) == int(m[3]) - 1 < end - 1  # shorter object: cut short
+    if not ok:
+        raise StorageError(
+            f"server answered with Content-Range {value or 'none'} when asked {rng}; refusing "
+            "bytes of another range",
+            url,
+            retryable=False,
+        )

@@ -18,7 +18,6 @@ HTTP cannot list or write; those raise :class:`StorageError` naming the URL.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import AsyncIterator
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -30,13 +29,14 @@ from astream.storage.common import (
     CHUNK_SIZE,
     POOL_SIZE,
     changed_error,
+    check_content_range,
     error_for_status,
     join_key,
     range_header,
     total_size,
 )
 
-__all__ = ["HttpBackend", "LazySession", "check_content_range", "map_aiohttp_error"]
+__all__ = ["HttpBackend", "LazySession", "map_aiohttp_error"]
 
 
 class LazySession:
@@ -72,24 +72,6 @@ def map_aiohttp_error(exc: BaseException, url: str) -> StorageError:
     if isinstance(exc, aiohttp.ClientPayloadError):
         return TransientStorageError(f"body cut short ({exc})", url)
     return TransientStorageError(f"connection failed ({type(exc).__name__}: {exc})", url)
-
-
-_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-
-
-def check_content_range(value: str | None, rng: str, start: int, end: int | None, url: str) -> None:
-    """A 206 must carry exactly the range asked for (cut at the end of the object)."""
-    m = _CONTENT_RANGE.fullmatch(value or "")
-    ok = m is not None and int(m[1]) == start
-    if ok and m is not None and end is not None and int(m[2]) != end - 1:
-        ok = m[3] != "*" and int(m[2]) == int(m[3]) - 1 < end - 1  # shorter object: cut short
-    if not ok:
-        raise StorageError(
-            f"server answered with Content-Range {value or 'none'} when asked {rng}; refusing "
-            "bytes of another range",
-            url,
-            retryable=False,
-        )
 
 
 class HttpBackend:

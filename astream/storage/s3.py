@@ -2,21 +2,22 @@
 
 Theory of operation
 -------------------
-Reads -- ranged and whole GETs, HEAD, ListObjectsV2 -- are sent by astream itself on one
-aiohttp session per process, signed with :mod:`astream.storage.sigv4`, whenever the
-credentials are static: ``unsigned=True`` (public buckets), or ``AWS_ACCESS_KEY_ID`` +
-``AWS_SECRET_ACCESS_KEY`` (+ ``AWS_SESSION_TOKEN``) in the environment, which the SDK's own
-credential chain would also pick first. aiobotocore costs ~0.13 s to import, ~0.07 s to make a
-client in every process (the parent and each DataLoader worker) and ~1.45 ms of CPU per request
-(its event hooks, models, response parsing; ``benchmarks/bench_request_cpu.py``); a direct GET
-costs what an aiohttp GET does. Everything else goes through the SDK
-(:mod:`astream.storage.s3sdk`, imported at first use): writes, and every request of a store
-whose credentials or settings only the SDK resolves -- a profile or an AWS config file
-(``AWS_PROFILE``, ``~/.aws/config``), SSO, a web identity, instance metadata, FIPS or dual-stack
-endpoints, ``AWS_ENDPOINT_URL_S3``, an HTTP proxy. A CA bundle in ``AWS_CA_BUNDLE`` verifies an
-https endpoint here as it does in the SDK. ``direct=False`` sends
-every request through the SDK; ``direct=True`` refuses a configuration that cannot be signed
-here instead of falling back.
+Reads -- ranged and whole GETs, HEAD, ListObjectsV2 -- are sent by astream itself on a pool of
+keep-alive connections per store and process (:mod:`astream.storage.h1`, which does not import
+aiohttp: 0.13-0.3 s saved before a dataset's first request), signed with
+:mod:`astream.storage.sigv4`, whenever the credentials are static: ``unsigned=True`` (public
+buckets), or ``AWS_ACCESS_KEY_ID`` + ``AWS_SECRET_ACCESS_KEY`` (+ ``AWS_SESSION_TOKEN``) in the
+environment, which the SDK's own credential chain would also pick first. aiobotocore costs ~0.13
+s to import, ~0.07 s to make a client in every process (the parent and each DataLoader worker)
+and ~1.45 ms of CPU per request (its event hooks, models, response parsing;
+``benchmarks/bench_request_cpu.py``); a direct GET costs less than an aiohttp GET does.
+Everything else goes through the SDK (:mod:`astream.storage.s3sdk`, imported at first use):
+writes, and every request of a store whose credentials or settings only the SDK resolves -- a
+profile or an AWS config file (``AWS_PROFILE``, ``~/.aws/config``), SSO, a web identity,
+instance metadata, FIPS or dual-stack endpoints, ``AWS_ENDPOINT_URL_S3``, an HTTP proxy. A CA
+bundle in ``AWS_CA_BUNDLE`` verifies an https endpoint here as it does in the SDK.
+``direct=False`` sends every request through the SDK; ``direct=True`` refuses a configuration
+that cannot be signed here instead of falling back.
 
 Addressing is the SDK's: with ``endpoint_url`` (else ``S3_ENDPOINT_URL`` or
 ``AWS_ENDPOINT_URL``) path-style (``endpoint/bucket/key``); on AWS, virtual-hosted
@@ -61,17 +62,16 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus, urlsplit
 from xml.etree import ElementTree
 
-import aiohttp
-import yarl
-
 from astream.errors import ConfigError, IntegrityError, StorageError, TransientStorageError
 from astream.storage.base import ObjectInfo, Seen
 from astream.storage.common import (
+    POOL_SIZE,
     changed_error,
+    check_content_range,
     range_header,
     total_size,
 )
-from astream.storage.http import LazySession, check_content_range, map_aiohttp_error
+from astream.storage.h1 import Pool, Response
 from astream.storage.s3common import S3Settings, s3_error
 from astream.storage.sigv4 import Credentials, encode_path, encode_query, sign
 
@@ -165,12 +165,12 @@ class _Target:
 _TLS: dict[str, ssl.SSLContext] = {}
 
 
-def _tls() -> ssl.SSLContext | bool:
+def _tls() -> ssl.SSLContext | None:
     """What verifies an https endpoint: the CA bundle of ``AWS_CA_BUNDLE`` as the SDK uses it
-    (one context per process and file), else aiohttp's default (the system's CAs)."""
+    (one context per process and file), else None: the system's CAs."""
     bundle = os.environ.get("AWS_CA_BUNDLE")
     if not bundle:
-        return True
+        return None
     ctx = _TLS.get(bundle)
     if ctx is None:
         ctx = _TLS[bundle] = ssl.create_default_context(cafile=bundle)
@@ -251,7 +251,7 @@ class S3Backend:
                     "URL with a path); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
                     "unsigned=True, or leave direct unset"
                 )
-        self._session = LazySession()
+        self._session = Pool(POOL_SIZE)
         self._clock_offset = 0.0  # the server's clock minus this machine's, once S3 said so
 
     @property
@@ -292,7 +292,7 @@ class S3Backend:
 
     async def _request(
         self, method: str, full: str, query: dict[str, str], headers: dict[str, str], where: str
-    ) -> aiohttp.ClientResponse:
+    ) -> Response:
         """One signed request to the bucket's current target, sent as it is (no redirect
         followed, no status checked)."""
         target = self._target
@@ -305,20 +305,9 @@ class S3Backend:
             signed = sign(
                 method, target.host, path, q, headers, self._creds, target.region, now=now
             )
-        url = yarl.URL(
-            f"{target.scheme}://{target.host}{path}" + (f"?{q}" if q else ""), encoded=True
-        )
-        try:
-            return await self._session.get().request(
-                method,
-                url,
-                headers=signed,
-                allow_redirects=False,
-                skip_auto_headers=("Accept-Encoding",),
-                ssl=_tls() if target.scheme == "https" else True,
-            )
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise map_aiohttp_error(exc, where) from exc
+        url = (target.scheme, target.host, f"{path}?{q}" if q else path)
+        tls = _tls() if target.scheme == "https" else None
+        return await self._session.request(method, url, signed, where, tls)
 
     async def _bucket_region(self, where: str) -> str | None:
         """The bucket's region as S3 names it in the answer to a HEAD of the bucket (whatever
@@ -329,7 +318,7 @@ class S3Backend:
 
     async def _send(
         self, method: str, where: str, full: str, query: dict[str, str], headers: dict[str, str]
-    ) -> aiohttp.ClientResponse:
+    ) -> Response:
         """One signed request; error answers are raised (the body read for its ``<Code>``),
         416 and 412 returned. Two refusals are answered by sending the request again, each once:
         one naming another region -- by ``x-amz-bucket-region``, the body's ``<Region>``, or,
@@ -346,13 +335,13 @@ class S3Backend:
             if resp.status < 300 or resp.status in (412, 416):
                 return resp
             try:
-                body = b"" if method == "HEAD" else await resp.content.read(1 << 16)
-            except (TimeoutError, aiohttp.ClientError, OSError):
+                body = b"" if method == "HEAD" else await resp.read(1 << 16)
+            except TransientStorageError:
                 body = b""
             finally:
                 resp.release()
             m = _ERROR_CODE.search(body)
-            code = m[1].decode(errors="replace") if m else (resp.reason or "")
+            code = m[1].decode(errors="replace") if m else resp.reason
             if not moved and resp.status in (301, 302, 307, 400):
                 region = resp.headers.get("x-amz-bucket-region")
                 if region is None and (m := _ERROR_REGION.search(body)) is not None:
@@ -411,16 +400,7 @@ class S3Backend:
             check = None if rng is not None else _checksum_of(resp.headers)
             want = resp.content_length
             got = 0
-            content = resp.content
-            while True:
-                try:
-                    chunk, chunk_end = await content.readchunk()
-                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                    raise map_aiohttp_error(exc, url) from exc
-                if not chunk:
-                    if chunk_end:  # the end of an HTTP chunk (chunked encoding), not of the body
-                        continue
-                    break
+            async for chunk in resp.chunks():
                 got += len(chunk)
                 if check is not None:
                     check[1].update(chunk)
@@ -444,10 +424,7 @@ class S3Backend:
                 return ObjectInfo(key, 0, None), b""  # an empty object
             if resp.status == 412:
                 raise s3_error(412, "PreconditionFailed", self.url_for(key))
-            try:
-                data = await resp.read()
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise map_aiohttp_error(exc, self.url_for(key)) from exc
+            data = await resp.read()
             cr = resp.headers.get("Content-Range") if resp.status == 206 else None
             return ObjectInfo(key, total_size(cr, len(data)), resp.headers.get("ETag")), data
         finally:
@@ -480,8 +457,6 @@ class S3Backend:
         resp = await self._send("GET", where, "", query, {})
         try:
             data = await resp.read()
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise map_aiohttp_error(exc, where) from exc
         finally:
             resp.release()
         try:
