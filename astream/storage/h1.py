@@ -31,6 +31,7 @@ inactivity bound per attempt); only the connect has its own bound here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import ssl
 import weakref
@@ -166,7 +167,8 @@ class _Conn(asyncio.Protocol):
 
     def close(self) -> None:
         if self.transport is not None and self.pid == os.getpid():
-            self.transport.abort()  # nothing to flush: a request is sent whole or not at all
+            with contextlib.suppress(RuntimeError):  # its loop is closed: so is the socket
+                self.transport.abort()  # nothing to flush: a request is sent whole or not at all
 
     async def next_event(self) -> h11.Event | type[h11.PAUSED]:
         proto = self.proto
@@ -191,6 +193,7 @@ class Response:
         "_left",
         "_pool",
         "_released",
+        "_slots",
         "_where",
         "content_length",
         "headers",
@@ -203,6 +206,7 @@ class Response:
         head: h11.Response,
         conn: _Conn,
         pool: Pool,
+        slots: asyncio.Semaphore,
         key: tuple[str, str, int],
         where: str,
         method: str,
@@ -214,7 +218,7 @@ class Response:
         chunked = "chunked" in (self.headers.get("transfer-encoding") or "").lower()
         self.content_length = int(length) if length is not None and not chunked else None
         self._conn: _Conn | None = conn
-        self._pool, self._key, self._where = pool, key, where
+        self._pool, self._slots, self._key, self._where = pool, slots, key, where
         no_body = method == "HEAD" or self.status in (204, 304)
         # bytes still to come when read past h11 (a known length); None: h11 frames the body
         self._left: int | None = 0 if no_body else self.content_length
@@ -276,13 +280,13 @@ class Response:
         if self._released:
             return
         self._released = True
+        self._slots.release()
         conn, self._conn = self._conn, None
         if conn is not None:
             if self._left == 0 and not self._done:
                 self._done = True  # no body (HEAD, 204, 304, Content-Length: 0)
-            self._pool._give_back(self._key, conn, self._done and self._reusable(conn))
-        else:
-            self._pool._slot_free()
+            keep = self._done and self._reusable(conn)
+            self._pool._give_back(self._slots, self._key, conn, keep)
 
     def _reusable(self, conn: _Conn) -> bool:
         proto = conn.proto
@@ -300,15 +304,12 @@ class Response:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-            self._pool._lent -= 1
 
     def __del__(self) -> None:
-        if not self._released and self._pid_ok():
+        if not self._released and self._pool._pid == os.getpid():
             self._done = False  # an answer dropped unreleased: its connection is closed
-            self.release()
-
-    def _pid_ok(self) -> bool:
-        return self._pool._pid == os.getpid()
+            with contextlib.suppress(RuntimeError):  # its loop is closed already
+                self.release()
 
 
 class Pool:
@@ -321,7 +322,6 @@ class Pool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: dict[tuple[str, str, int], list[_Conn]] = {}
         self._slots: asyncio.Semaphore | None = None
-        self._lent = 0
         self._tls: ssl.SSLContext | None = None
         self._made: weakref.WeakSet[_Conn] = weakref.WeakSet()
 
@@ -338,7 +338,6 @@ class Pool:
             if self._pid == os.getpid() and self._loop is not None and not self._loop.is_closed():
                 self._close_idle()  # another loop of this process: its sockets are ours
             self._idle = {}  # a forked child drops the parent's, untouched
-            self._lent = 0
             self._slots = asyncio.Semaphore(self._limit)
             self._loop, self._pid = loop, os.getpid()
         return self._slots
@@ -378,8 +377,7 @@ class Pool:
                             f"connection failed ({type(exc).__name__}: {exc})", where
                         ) from exc
                     raise
-                self._lent += 1
-                return Response(head, conn, self, key, where, method)
+                return Response(head, conn, self, slots, key, where, method)
         except BaseException:
             slots.release()
             raise
@@ -422,19 +420,15 @@ class Pool:
         self._made.add(conn)
         return conn
 
-    def _give_back(self, key: tuple[str, str, int], conn: _Conn, keep: bool) -> None:
-        self._lent -= 1
-        if self._slots is not None:
-            self._slots.release()
-        if keep and self._pid == os.getpid() and not conn.closing:
+    def _give_back(
+        self, slots: asyncio.Semaphore, key: tuple[str, str, int], conn: _Conn, keep: bool
+    ) -> None:
+        # kept only by the binding (loop and process) that lent it
+        if keep and slots is self._slots and self._pid == os.getpid() and not conn.closing:
             conn.proto = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
             self._idle.setdefault(key, []).append(conn)
         else:
             conn.close()
-
-    def _slot_free(self) -> None:
-        if self._slots is not None:
-            self._slots.release()
 
     def _close_idle(self) -> None:
         idle, self._idle = self._idle, {}

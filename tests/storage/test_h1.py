@@ -5,6 +5,7 @@ bodies by length, chunked and cut short, HEAD, cancellation, the pool's bound, a
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -486,3 +487,63 @@ def test_a_forked_child_opens_its_own_connection(serve: Any) -> None:
         assert s.connections == 2
     finally:
         loop.close()
+
+
+def test_an_answer_dropped_unreleased_frees_its_slot(serve: Any) -> None:
+    s = serve(keep_alive([ok(b"dropped"), ok(b"next")]))
+
+    async def main() -> bytes:
+        pool = Pool(1)
+        resp = await pool.request("GET", url(s), {}, "w")
+        assert resp.status == 200
+        del resp  # never read, never released: collected
+        gc.collect()
+        async with asyncio.timeout(5):  # with its slot still taken this would wait for good
+            body = (await get(pool, s))[2]
+        assert pool.open_connections == 1
+        return bytes(body)
+
+    assert asyncio.run(main()) == b"next"
+    assert s.connections == 2  # the dropped answer's connection was closed, not re-used
+
+
+def test_a_pool_used_on_a_second_loop_keeps_each_loops_connections_apart(serve: Any) -> None:
+    s = serve(keep_alive([ok(b"a"), ok(b"b"), ok(b"c")]))
+    pool = Pool(4)
+    assert asyncio.run(get(pool, s))[2] == b"a"
+
+    async def second() -> list[bytes]:
+        first = (await get(pool, s))[2]  # the first loop's connection is not this loop's
+        return [first, (await get(pool, s))[2]]
+
+    assert asyncio.run(second()) == [b"b", b"c"]
+    assert s.connections == 2
+
+
+def test_an_answer_of_a_former_loop_is_not_kept_for_the_next(serve: Any) -> None:
+    # an answer lent on loop A, released after the pool moved to loop B: its connection
+    # belongs to A (whose callbacks B never runs), so B must not be handed it
+    s = serve(keep_alive([ok(b"on a"), ok(b"on b"), ok(b"on b again")]))
+    pool = Pool(4)
+    loop_a, loop_b = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        resp = loop_a.run_until_complete(pool.request("GET", url(s), {}, "w"))
+        assert loop_b.run_until_complete(get(pool, s))[2] == b"on b"
+
+        async def finish() -> bytes:
+            try:
+                return await resp.read()
+            finally:
+                resp.release()
+
+        assert loop_a.run_until_complete(finish()) == b"on a"
+
+        async def again() -> bytes:
+            async with asyncio.timeout(5):
+                return bytes((await get(pool, s))[2])
+
+        assert loop_b.run_until_complete(again()) == b"on b again"
+        assert s.connections == 2
+    finally:
+        loop_a.close()
+        loop_b.close()
