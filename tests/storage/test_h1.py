@@ -111,6 +111,29 @@ async def get(pool: Pool, server: Scripted, path: str = "/k", method: str = "GET
         resp.release()
 
 
+def bodies(server: Scripted, n: int) -> list[bytes]:
+    """``n`` GETs in turn through one fresh pool, on a fresh loop: their bodies."""
+
+    async def main() -> list[bytes]:
+        pool = Pool(4)
+        return [bytes((await get(pool, server))[2]) for _ in range(n)]
+
+    return asyncio.run(main())
+
+
+def once(raw: bytes) -> Handler:
+    """Answer a connection's first request with ``raw``, then close it."""
+
+    async def handler(
+        s: Scripted, r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int
+    ) -> None:
+        await s.head(r)
+        w.write(raw)
+        await w.drain()
+
+    return handler
+
+
 def keep_alive(replies: list[bytes]) -> Handler:
     """Answer each request on a connection with the next reply, keeping the connection."""
 
@@ -159,11 +182,7 @@ def test_connection_close_is_not_reused(serve: Any) -> None:
 
     s = serve(handler)
 
-    async def main() -> list[bytes]:
-        pool = Pool(4)
-        return [(await get(pool, s))[2] for _ in range(3)]
-
-    assert asyncio.run(main()) == [b"c0", b"c1", b"c2"]
+    assert bodies(s, 3) == [b"c0", b"c1", b"c2"]
     assert s.connections == 3
 
 
@@ -177,11 +196,7 @@ def test_bytes_past_the_body_retire_the_connection(serve: Any) -> None:
 
     s = serve(handler)
 
-    async def main() -> list[bytes]:
-        pool = Pool(4)
-        return [(await get(pool, s))[2] for _ in range(2)]
-
-    assert asyncio.run(main()) == [b"abc", b"next"]
+    assert bodies(s, 2) == [b"abc", b"next"]
     assert s.connections == 2
 
 
@@ -226,11 +241,7 @@ def test_http10_answer_is_not_reused(serve: Any) -> None:
 
     s = serve(handler)
 
-    async def main() -> list[bytes]:
-        pool = Pool(4)
-        return [(await get(pool, s))[2] for _ in range(2)]
-
-    assert asyncio.run(main()) == [b"c0", b"c1"]
+    assert bodies(s, 2) == [b"c0", b"c1"]
     assert s.connections == 2
 
 
@@ -251,11 +262,7 @@ def test_idle_connection_closed_by_the_server_is_sent_again_once(serve: Any) -> 
 
     s = serve(handler)
 
-    async def main() -> list[bytes]:
-        pool = Pool(4)
-        return [(await get(pool, s))[2] for _ in range(2)]
-
-    assert asyncio.run(main()) == [b"first", b"again"]
+    assert bodies(s, 2) == [b"first", b"again"]
     assert s.connections == 2
     assert len(s.heads) == 3  # the second request reached the server twice
 
@@ -303,14 +310,7 @@ def test_a_reused_connection_whose_answer_began_is_not_sent_again(serve: Any) ->
 
 
 def test_body_cut_short_is_a_truncation_and_closes(serve: Any) -> None:
-    async def handler(
-        s: Scripted, r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int
-    ) -> None:
-        await s.head(r)
-        w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 40)
-        await w.drain()
-
-    s = serve(handler)
+    s = serve(once(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 40))
 
     async def main() -> None:
         pool = Pool(4)
@@ -348,14 +348,7 @@ def test_chunked_body_and_reuse_after_it(serve: Any) -> None:
 
 
 def test_chunked_body_cut_short(serve: Any) -> None:
-    async def handler(
-        s: Scripted, r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int
-    ) -> None:
-        await s.head(r)
-        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel")
-        await w.drain()
-
-    s = serve(handler)
+    s = serve(once(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel"))
 
     async def main() -> None:
         pool = Pool(4)
@@ -366,14 +359,7 @@ def test_chunked_body_cut_short(serve: Any) -> None:
 
 
 def test_body_until_close_without_length(serve: Any) -> None:
-    async def handler(
-        s: Scripted, r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int
-    ) -> None:
-        await s.head(r)
-        w.write(b"HTTP/1.1 200 OK\r\n\r\n" + b"y" * 3000)
-        await w.drain()
-
-    s = serve(handler)
+    s = serve(once(b"HTTP/1.1 200 OK\r\n\r\n" + b"y" * 3000))
 
     async def main() -> bytes:
         pool = Pool(4)
@@ -403,12 +389,7 @@ def test_head_and_informational_answers(serve: Any) -> None:
 def test_large_body_by_length_arrives_whole(serve: Any) -> None:
     body = os.urandom(5 << 20)
     s = serve(keep_alive([ok(body), ok(b"more")]))
-
-    async def main() -> list[bytes]:
-        pool = Pool(4)
-        return [(await get(pool, s))[2], (await get(pool, s))[2]]
-
-    assert asyncio.run(main()) == [body, b"more"]
+    assert bodies(s, 2) == [body, b"more"]
     assert s.connections == 1
 
 
