@@ -23,19 +23,55 @@ from typing import Any
 import aiohttp
 from gcloud.aio.storage import Storage
 
-from astream.errors import StorageError
+from astream.errors import StorageError, TransientStorageError
 from astream.storage.base import ObjectInfo, Seen
 from astream.storage.common import (
     CHUNK_SIZE,
+    POOL_SIZE,
     changed_error,
+    error_for_status,
     join_key,
     range_header,
     split_bucket,
     total_size,
 )
-from astream.storage.http import LazySession, map_aiohttp_error
 
-__all__ = ["GcsBackend"]
+__all__ = ["GcsBackend", "LazySession", "map_aiohttp_error"]
+
+
+class LazySession:
+    """An aiohttp session made on first use in the running loop, and again after fork."""
+
+    def __init__(self, headers: dict[str, str] | None = None) -> None:
+        self._session: aiohttp.ClientSession | None = None
+        self._pid = 0
+        self._headers = headers or {}
+
+    def get(self) -> aiohttp.ClientSession:
+        if self._session is None or self._pid != os.getpid() or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=POOL_SIZE, limit_per_host=POOL_SIZE)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                headers=self._headers,
+                auto_decompress=False,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+            )
+            self._pid = os.getpid()
+        return self._session
+
+    async def aclose(self) -> None:
+        s, self._session = self._session, None
+        if s is not None and self._pid == os.getpid() and not s.closed:
+            await s.close()
+
+
+def map_aiohttp_error(exc: BaseException, url: str) -> StorageError:
+    """Connection-level aiohttp failures (no status) are transient."""
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return error_for_status(exc.status, url, exc.message)
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return TransientStorageError(f"body cut short ({exc})", url)
+    return TransientStorageError(f"connection failed ({type(exc).__name__}: {exc})", url)
 
 
 def _identity(meta: dict[str, Any]) -> str | None:

@@ -5,6 +5,7 @@ bodies by length, chunked and cut short, HEAD, cancellation, the pool's bound, a
 from __future__ import annotations
 
 import asyncio
+import base64
 import gc
 import os
 import threading
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from astream.errors import TransientStorageError
+from astream.errors import StorageError, TransientStorageError
 from astream.storage.h1 import Pool
 from astream.storage.retry import retry_cause
 
@@ -528,3 +529,68 @@ def test_an_answer_of_a_former_loop_is_not_kept_for_the_next(serve: Any) -> None
     finally:
         loop_a.close()
         loop_b.close()
+
+
+# -- the HTTP store on this client: redirects, credentials, keys ---------------------------------
+
+
+def routes(table: dict[str, bytes]) -> Handler:
+    """Answer each request by its path (a missing path: 404), keeping the connection."""
+
+    async def handler(
+        s: Scripted, r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int
+    ) -> None:
+        while head := await s.head(r):
+            path = head.split(b" ", 2)[1].decode()
+            w.write(table.get(path, b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"))
+            await w.drain()
+
+    return handler
+
+
+def moved(to: str, status: int = 302) -> bytes:
+    return f"HTTP/1.1 {status} Moved\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n".encode()
+
+
+def read_http(url: str, key: str) -> bytes:
+    from astream.storage import RetryPolicy, open_store
+
+    async def main() -> bytes:
+        store = open_store(url, retry=RetryPolicy(attempts=1))
+        try:
+            return await store.get_range(key)
+        finally:
+            await store.aclose()
+
+    return asyncio.run(main())
+
+
+def test_http_store_follows_redirects_with_its_credentials(serve: Any) -> None:
+    # the second Location is relative to the first redirect's target, not to the key's URL
+    s = serve(routes({"/d/a": moved("/e/b", 301), "/e/b": moved("c", 307), "/e/c": ok(b"here")}))
+    assert read_http(f"http://u:p%40ss@127.0.0.1:{s.port}/d", "a") == b"here"
+    paths = [h.split(b" ")[1] for h in s.heads]
+    assert paths == [b"/d/a", b"/e/b", b"/e/c"]
+    auth = "authorization: basic " + base64.b64encode(b"u:p@ss").decode().lower()
+    assert all(auth in h.decode().lower() for h in s.heads)
+
+
+def test_http_store_sends_no_credentials_to_another_origin(serve: Any) -> None:
+    other = serve(routes({"/x": ok(b"elsewhere")}))
+    s = serve(routes({"/d/a": moved(f"http://127.0.0.1:{other.port}/x")}))
+    assert read_http(f"http://u:p@127.0.0.1:{s.port}/d", "a") == b"elsewhere"
+    assert b"authorization" in s.heads[0].lower()
+    assert len(other.heads) == 1 and b"authorization" not in other.heads[0].lower()
+
+
+def test_http_store_stops_after_ten_redirects(serve: Any) -> None:
+    s = serve(routes({"/d/a": moved("/d/a")}))
+    with pytest.raises(StorageError, match="more than 10 redirects") as info:
+        read_http(f"http://127.0.0.1:{s.port}/d", "a")
+    assert not info.value.retryable
+    assert len(s.heads) == 11
+
+
+def test_http_store_percent_encodes_keys(serve: Any) -> None:
+    s = serve(routes({"/d/sub/a%20b%20%C3%A9%25.bin": ok(b"encoded")}))
+    assert read_http(f"http://127.0.0.1:{s.port}/d", "sub/a b \u00e9%25.bin") == b"encoded"
