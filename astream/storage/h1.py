@@ -194,6 +194,7 @@ class Response:
         "_pool",
         "_released",
         "_slots",
+        "_started",
         "_where",
         "content_length",
         "headers",
@@ -225,12 +226,16 @@ class Response:
         self._done = False
         self._released = False
         self._extra = False
+        self._started = False
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body, as it arrives; a body that ends early raises ``body cut short``."""
         conn = self._conn
         if conn is None or self._done:
             return
+        if self._started:
+            raise RuntimeError("an answer's body is read once")
+        self._started = True
         try:
             if self._left is not None:
                 data, _ = conn.proto.trailing_data  # what h11 read past the head

@@ -594,3 +594,21 @@ def test_http_store_stops_after_ten_redirects(serve: Any) -> None:
 def test_http_store_percent_encodes_keys(serve: Any) -> None:
     s = serve(routes({"/d/sub/a%20b%20%C3%A9%25.bin": ok(b"encoded")}))
     assert read_http(f"http://127.0.0.1:{s.port}/d", "sub/a b \u00e9%25.bin") == b"encoded"
+
+
+def test_a_body_is_read_once(serve: Any) -> None:
+    s = serve(keep_alive([ok(b"0123456789")]))
+
+    async def main() -> None:
+        pool = Pool(4)
+        resp = await pool.request("GET", url(s), {}, "w")
+        try:
+            assert await resp.read(4) == b"0123"
+            with pytest.raises(RuntimeError, match="read once"):
+                await resp.read()
+        finally:
+            resp.release()
+        # the whole body had come off the socket (in the head's read): the connection is clean
+        assert pool.open_connections == 1
+
+    asyncio.run(main())
