@@ -52,6 +52,7 @@ from astream.storage.common import (
     changed_error,
     error_for_status,
     join_key,
+    keep_inherited,
     split_bucket,
 )
 
@@ -115,6 +116,8 @@ class AzureBackend:
     def _get(self) -> ContainerClient:
         if self._client is not None and self._pid == os.getpid():
             return self._client
+        if self._pid != os.getpid():
+            keep_inherited(self._client, self._session, self._direct)  # the parent's
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=POOL_SIZE, limit_per_host=POOL_SIZE),
             auto_decompress=False,

@@ -40,6 +40,7 @@ __all__ = [
     "check_content_range",
     "error_for_status",
     "join_key",
+    "keep_inherited",
     "range_header",
     "split_bucket",
     "total_size",
@@ -50,6 +51,18 @@ CHUNK_SIZE = 1 << 20
 
 POOL_SIZE = 64
 """Connections per store: enough for the prefetcher's ~64 concurrent ranged reads."""
+
+
+_INHERITED: list[object] = []
+
+
+def keep_inherited(*objs: object) -> None:
+    """Hold, for the life of this process, what a forked child took over from its parent and
+    replaces (an aiohttp session, an SDK client, with their idle connections) instead of letting
+    it be collected: finalising it here would close the parent's sockets through the parent's
+    event loop, whose epoll instance the child shares, and unregister them there -- the
+    parent's idle keep-alive connections would never hear their next answer."""
+    _INHERITED.extend(o for o in objs if o is not None)
 
 
 class RawBackend(Protocol):

@@ -31,6 +31,7 @@ from astream.storage.common import (
     changed_error,
     error_for_status,
     join_key,
+    keep_inherited,
     range_header,
     split_bucket,
     total_size,
@@ -49,6 +50,8 @@ class LazySession:
 
     def get(self) -> aiohttp.ClientSession:
         if self._session is None or self._pid != os.getpid() or self._session.closed:
+            if self._pid != os.getpid():
+                keep_inherited(self._session)  # the parent's: never finalised here
             connector = aiohttp.TCPConnector(limit=POOL_SIZE, limit_per_host=POOL_SIZE)
             self._session = aiohttp.ClientSession(
                 connector=connector,
@@ -114,6 +117,8 @@ class GcsBackend:
 
     def _client(self) -> Storage:
         if self._storage is None or self._pid != os.getpid():
+            if self._pid != os.getpid():
+                keep_inherited(self._storage)
             self._storage = Storage(
                 service_file=self.service_file,
                 session=self._session.get(),  # type: ignore[arg-type]

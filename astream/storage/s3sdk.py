@@ -46,6 +46,7 @@ from astream.storage.common import (
     CHUNK_SIZE,
     POOL_SIZE,
     changed_error,
+    keep_inherited,
     range_header,
     total_size,
 )
@@ -195,6 +196,8 @@ class SdkS3:
             # taken now, not once the client exists: concurrent first calls (a split listing,
             # concurrent HEADs) then share this lock and one client instead of each resetting
             # the lock and making its own (and leaking all but the last)
+            if self._pid != pid:
+                keep_inherited(self._client, self._stack)  # the parent's: never finalised here
             self._client, self._stack, self._lock, self._pid = None, None, asyncio.Lock(), pid
         async with self._lock:
             if self._client is None:
