@@ -37,6 +37,7 @@ import ssl
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
+from urllib.parse import urlsplit
 
 import h11
 
@@ -462,11 +463,5 @@ async def _exchange(conn: _Conn, request: h11.Request) -> h11.Response:
 
 
 def _host_port(scheme: str, netloc: str) -> tuple[str, int]:
-    default = 443 if scheme == "https" else 80
-    if netloc.startswith("["):  # [v6]:port
-        host, _, rest = netloc[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") else default
-    host, colon, port = netloc.rpartition(":")
-    if not colon:
-        return netloc, default
-    return host, int(port)
+    parts = urlsplit(f"//{netloc}")  # brackets of an IPv6 literal and the port, as parsed
+    return parts.hostname or netloc, parts.port or (443 if scheme == "https" else 80)

@@ -72,37 +72,3 @@ def test_forked_child_reuses_parsed_s3_models() -> None:
     )
     assert p.returncode == 0, p.stderr
     assert "CHILD 1" in p.stdout, (p.stdout, p.stderr)
-
-
-_S3_EPOCH = """
-import sys
-import torch
-from astream.torch.dataloader import StreamingDataLoader
-from astream.torch.dataset import StreamingDataset
-ds = StreamingDataset(remote=sys.argv[1], local=sys.argv[2], shuffle=True, batch_size=8)
-n = sum(len(b["x"]) for b in StreamingDataLoader(ds, batch_size=8, num_workers=2))
-assert n == 300, n
-print("HTTP", sorted({m.split(".")[0] for m in sys.modules} & {"aiohttp", "yarl", "aiobotocore"}))
-"""
-
-
-def test_s3_epoch_with_static_keys_imports_no_aiohttp(s3_bucket: str, tmp_path: Path) -> None:
-    """A reading job on S3 with keys in the environment sends its requests on astream's own
-    client (storage/h1.py), epoch and DataLoader workers included: importing aiohttp took
-    0.13-0.3 s of the construction in every process that built such a dataset."""
-    import uuid
-
-    url = f"{s3_bucket}/startup-{uuid.uuid4().hex[:8]}"
-    with MDSWriter(out=url, columns={"x": "int64"}, size_limit=1 << 10) as w:
-        for i in range(300):
-            w.write({"x": i})
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.run(
-        [sys.executable, "-c", _S3_EPOCH, url, str(tmp_path / "cache")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert p.returncode == 0, p.stderr
-    assert "HTTP []" in p.stdout, p.stdout
