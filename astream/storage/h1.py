@@ -131,8 +131,9 @@ class _Conn(asyncio.Protocol):
     # -- ours -----------------------------------------------------------------------------------
 
     @property
-    def at_eof(self) -> bool:
-        return self._eof and not self._chunks
+    def unread(self) -> bool:
+        """Bytes came that no answer claimed: the connection is out of step with the server."""
+        return bool(self._chunks)
 
     @property
     def closing(self) -> bool:
@@ -392,7 +393,7 @@ class Pool:
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
-            if conn.closing or conn.at_eof:
+            if conn.closing or conn.unread:  # closed, or bytes came while it was idle
                 conn.close()
                 continue
             conn.reused = True

@@ -201,6 +201,23 @@ def test_bytes_past_the_body_retire_the_connection(serve: Any) -> None:
     assert s.connections == 2
 
 
+def test_a_long_body_is_read_to_its_length_and_no_further(serve: Any) -> None:
+    # 3 MiB then garbage in one write: the body's end comes off the socket (not out of the
+    # head's read), so a read of one byte too many would take a byte of the garbage
+    big = os.urandom(3 << 20)
+
+    async def handler(
+        s: Scripted, r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int
+    ) -> None:
+        while await s.head(r):
+            w.write(ok(big) + b"GARBAGE" if n == 0 else ok(b"next"))
+            await w.drain()
+
+    s = serve(handler)
+    assert bodies(s, 2) == [big, b"next"]
+    assert s.connections == 2
+
+
 def test_a_slow_reader_stops_the_socket_reads(serve: Any) -> None:
     size = 16 << 20
 

@@ -327,7 +327,9 @@ class _FakeS3:
     propagates), and a HEAD of the bucket names its region unless ``head_names_region`` is
     false. ``clock_offset``: the server's clock runs that many seconds from the real one, and a
     request signed over 15 minutes away from it is refused 403 RequestTimeTooSkewed with the
-    server's ``Date``. ``deny``: every GET is refused 403 AccessDenied."""
+    server's ``Date``. ``deny``: every GET is refused 403 AccessDenied. ``shift``: a ranged GET
+    is answered with the range one byte later, and says so in Content-Range. ``etag``: the
+    object's ETag; the server ignores ``If-Match``."""
 
     def __init__(self, body: bytes, checksum: str, home: str) -> None:
         self.body, self.checksum, self.home = body, checksum, home
@@ -338,6 +340,8 @@ class _FakeS3:
         self.head_names_region = True
         self.clock_offset = 0.0
         self.deny = False
+        self.shift = False
+        self.etag = '"e"'
         app = web.Application()
         app.router.add_get("/{bucket}/{key:.*}", self.get, allow_head=False)
         app.router.add_route("HEAD", "/{bucket}", self.head_bucket)
@@ -381,10 +385,12 @@ class _FakeS3:
                 headers={"x-amz-bucket-region": self.home},
                 body=b"<Error><Code>AuthorizationHeaderMalformed</Code></Error>",
             )
-        headers = {"ETag": '"e"'}
+        headers = {"ETag": self.etag}
         rng = request.http_range
         if rng.start is not None:
             n = len(self.body)
+            if self.shift:
+                rng = slice(rng.start + 1, (rng.stop or n) + 1)
             headers["Content-Range"] = f"bytes {rng.start}-{min(rng.stop or n, n) - 1}/{n}"
             return web.Response(status=206, body=self.body[rng], headers=headers)
         if request.headers.get("x-amz-checksum-mode") == "ENABLED":
@@ -403,6 +409,30 @@ def fake_s3() -> Iterator[_FakeS3]:
         yield fake
     finally:
         fake.server.stop()
+
+
+async def _direct_read(fake: _FakeS3, start: int, end: int, etag: str | None = None) -> bytes:
+    backend = S3Backend("s3://b", endpoint_url=fake.server.url, region="eu-west-1", direct=True)
+    try:
+        return b"".join([c async for c in backend.iter_range("k", start, end, etag)])
+    finally:
+        await backend.aclose()
+
+
+async def test_a_range_answered_for_other_bytes_is_refused(fake_s3: _FakeS3) -> None:
+    assert await _direct_read(fake_s3, 0, 10) == fake_s3.body[:10]
+    fake_s3.shift = True
+    with pytest.raises(StorageError, match=r"Content-Range bytes 1-10/3000 when asked bytes=0-9"):
+        await _direct_read(fake_s3, 0, 10)
+
+
+async def test_a_server_ignoring_if_match_is_caught_by_the_etag_it_answers(
+    fake_s3: _FakeS3,
+) -> None:
+    assert await _direct_read(fake_s3, 0, 10, etag='"e"') == fake_s3.body[:10]
+    fake_s3.etag = '"rewritten"'  # the object changed; this server answers anyway
+    with pytest.raises(ObjectChangedError, match="changed since the index was built"):
+        await _direct_read(fake_s3, 0, 10, etag='"e"')
 
 
 async def test_a_refusal_naming_the_region_is_signed_again_for_it(fake_s3: _FakeS3) -> None:
