@@ -298,8 +298,10 @@ class Response:
     def _reusable(self, conn: _Conn) -> bool:
         proto = conn.proto
         if self._left is None:  # h11 framed the body (a body read to the close leaves the
-            # transport closing, which _give_back refuses)
-            return proto.our_state is h11.DONE and proto.their_state is h11.DONE
+            # transport closing, which _give_back refuses); bytes h11 holds past the body's
+            # end are an answer nobody asked for: out of step with the server
+            done = proto.our_state is h11.DONE and proto.their_state is h11.DONE
+            return done and not proto.trailing_data[0]
         if self._extra:
             return False  # more came than the answer: out of step with the server
         if proto.their_state is not h11.SEND_BODY and proto.their_state is not h11.DONE:
