@@ -466,9 +466,14 @@ class S3Backend:
                 f"unreadable listing ({exc}: {data[:80]!r})", where
             ) from exc
         cut = len(self.prefix) + 1 if self.prefix else 0
+        # keys come URL-encoded only where the answer says so: a server that ignores
+        # ``encoding-type`` sends them as they are ("a+b" must stay "a+b"), as botocore reads them
+        encoded = root.findtext(f"{_NS}EncodingType") == "url"
         items = []
         for c in root.iter(f"{_NS}Contents"):
-            name = unquote_plus(c.findtext(f"{_NS}Key") or "")
+            name = c.findtext(f"{_NS}Key") or ""
+            if encoded:
+                name = unquote_plus(name)
             items.append(
                 ObjectInfo(name[cut:], int(c.findtext(f"{_NS}Size") or 0), c.findtext(f"{_NS}ETag"))
             )

@@ -647,3 +647,62 @@ async def test_an_https_endpoint_is_verified_with_aws_ca_bundle(
             await store.aclose()
     finally:
         fake.server.stop()
+
+
+# keys with characters that URL decoding would change: '+' (a space once decoded), '%41' ('A'),
+# a space, '&' (escaped in XML either way) and a non-ASCII letter
+_ODD_KEYS = ["dir/a+b.mds", "dir/x%41y.mds", "dir/two words&more.mds", "dir/é.mds"]
+
+
+def _listing_app(encoded: bool) -> ThreadedApp:
+    """A server whose every GET answers one ListObjectsV2 page of ``_ODD_KEYS``: keys URL-encoded
+    and ``EncodingType`` said, as S3 does when asked, or raw and unsaid, as a server that ignores
+    ``encoding-type`` does."""
+    from urllib.parse import quote_plus
+    from xml.sax.saxutils import escape
+
+    contents = "".join(
+        f"<Contents><Key>{escape(quote_plus(k, safe='/') if encoded else k)}</Key>"
+        f'<Size>{i + 1}</Size><ETag>"e{i}"</ETag></Contents>'
+        for i, k in enumerate(_ODD_KEYS)
+    )
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        f"<Name>b</Name><Prefix></Prefix><KeyCount>{len(_ODD_KEYS)}</KeyCount>"
+        f"<MaxKeys>1000</MaxKeys>{'<EncodingType>url</EncodingType>' if encoded else ''}"
+        f"<IsTruncated>false</IsTruncated>{contents}</ListBucketResult>"
+    ).encode()
+
+    async def listing(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=body, content_type="application/xml")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", listing)
+    return ThreadedApp(app)
+
+
+@pytest.mark.parametrize("encoded", [True, False], ids=["encoded", "not-encoded"])
+async def test_a_listing_is_url_decoded_only_when_the_server_says_it_encoded_it(
+    encoded: bool,
+) -> None:
+    # the SDK (botocore) is the oracle: it decodes keys only when the answer says EncodingType
+    # url; the direct path must list the same keys, sizes and ETags from the same answers
+    server = _listing_app(encoded)
+    server.start()
+    try:
+        got = {}
+        for direct in (True, False):
+            backend = S3Backend(
+                "s3://b", endpoint_url=server.url, region="us-east-1", direct=direct
+            )
+            try:
+                items, token = await backend.list_page("", None)
+            finally:
+                await backend.aclose()
+            assert token is None
+            got[direct] = [(o.key, o.size, o.etag) for o in items]
+        assert got[True] == got[False]
+        assert got[True] == [(k, i + 1, f'"e{i}"') for i, k in enumerate(_ODD_KEYS)]
+    finally:
+        server.stop()
