@@ -7,8 +7,9 @@ pool per store, bound lazily to the running loop on first use (never at construc
 started anew in a forked child, keeping up to :data:`~astream.storage.common.POOL_SIZE`
 connections alive. Redirects (301, 302, 303, 307, 308) are followed, at most
 :data:`MAX_REDIRECTS` in a row, with the same headers, except that ``Authorization`` is not
-sent to another origin (scheme, host and port). A key is sent percent-encoded (a space, a
-non-ASCII letter); ``%`` and the URL's reserved characters go as written.
+sent to another origin (scheme, host and port). A key names a file: it is sent percent-encoded
+(a space, a non-ASCII letter, and ``%`` itself as ``%25``), the URL's reserved characters as
+written; the store's root URL and a redirect's ``Location`` keep their own ``%`` escapes.
 
 A ranged read sends ``Range: bytes=a-b``. A ``206`` is what we want; a ``416`` means the range
 starts past the end (empty result); a ``200`` to a request that asked for a proper sub-range means
@@ -43,6 +44,7 @@ MAX_REDIRECTS = 10
 """Redirects followed in a row before a read fails."""
 _REDIRECTS = (301, 302, 303, 307, 308)
 _PATH_SAFE = "/%:@!$&'()*+,;=~-._"  # sent as written; everything else percent-encoded
+_KEY_SAFE = _PATH_SAFE.replace("%", "")  # a '%' in a key is a character of its file's name
 
 
 class HttpBackend:
@@ -72,7 +74,9 @@ class HttpBackend:
         return self._url
 
     def url_for(self, key: str) -> str:
-        return f"{self._url}/{join_key('', key)}" if key else self._url
+        if not key:
+            return self._url
+        return f"{self._url}/{quote(join_key('', key), safe=_KEY_SAFE)}"
 
     async def iter_range(
         self, key: str, start: int, end: int | None, etag: str | None = None, seen: Seen = None
