@@ -754,8 +754,10 @@ class StreamingCore:
         return plan
 
     def _normal(self, epoch: int, start: int) -> tuple[int, int]:
-        """A position at (or past) the end of an epoch is the start of the next one."""
-        if start >= self.plan(epoch).num_samples:
+        """A position at (or past) the end of an epoch is the start of the next one; the start
+        of an empty epoch is that epoch (the reference runs it, yielding nothing, so the
+        epoch a state names after it is the same)."""
+        if start > 0 and start >= self.plan(epoch).num_samples:
             return epoch + 1, 0
         return epoch, start
 

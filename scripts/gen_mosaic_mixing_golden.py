@@ -8,7 +8,8 @@ small streams of ``STREAMS`` with the reference's own ``MDSWriter`` into a tempo
 and records, for every case of ``cases()``, each stream's ``choose`` as the reference resolves
 it and the ids of the samples its ``StreamingDataset`` yields in one process (one rank, no
 DataLoader) over two iterations (epochs 0 and 1), then what a new dataset yields after loading
-its ``state_dict`` taken halfway through epoch 1, or the error it raises. The cases weigh
+its ``state_dict`` taken halfway through epoch 1 (and that state's epoch and position), or the
+error it raises. The cases weigh
 streams relatively (``proportion``, with and without ``epoch_size``) or give unweighted
 streams an ``epoch_size``: the two ways
 the reference splits an epoch over its streams with a seeded draw (``Stream.apply_weights``),
@@ -148,6 +149,7 @@ def _inner() -> None:
                 # a checkpoint halfway through the epoch just iterated (1), resumed by a new dataset
                 half = len(case["epochs"][0]) // 2
                 state = ds.state_dict(half, True)
+                case["state"] = [int(state["epoch"]), int(state["sample_in_epoch"])]
                 again = StreamingDataset(streams=made(), **kw)
                 again.load_state_dict(state)
                 case["resumed"] = [half, [int(s["id"]) for s in again]]

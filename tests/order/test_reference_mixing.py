@@ -46,7 +46,9 @@ def test_mixed_epochs_as_the_reference(
 ) -> None:
     _, c = case
     kw = {
-        k: v for k, v in c.items() if k not in ("streams", "epochs", "error", "choose", "resumed")
+        k: v
+        for k, v in c.items()
+        if k not in ("streams", "epochs", "error", "choose", "resumed", "state")
     }
     objs = [Stream(local=streams[s["name"]], proportion=s.get("proportion")) for s in c["streams"]]
     with warnings.catch_warnings():
@@ -64,6 +66,8 @@ def test_mixed_epochs_as_the_reference(
     half, rest = c["resumed"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        state = ds.state_dict(half, True)
+        assert [state["epoch"], state["sample_in_epoch"]] == c["state"]
         again = StreamingDataset(streams=objs, **kw)
-        again.load_state_dict(ds.state_dict(half, True))
+        again.load_state_dict(state)
         assert [int(s["id"]) for s in again] == rest
