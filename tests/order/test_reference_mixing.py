@@ -1,7 +1,9 @@
 """Streams weighed relatively (``proportion``, with or without ``epoch_size``), or unweighted
 streams given an ``epoch_size``, under every reference shuffle algorithm: the samples a
 ``StreamingDataset`` yields over two epochs are the reference's, sample for sample, and so are
-each ``Stream``'s resolved ``choose`` and the rest of epoch 1 after a checkpoint halfway through it.
+each ``Stream``'s resolved ``choose``, the epoch and position of a checkpoint halfway through epoch
+1 and the rest of that epoch after it. The ``EMPTY`` cases' epochs are too small for one batch of
+a stream (the reference yields nothing, or refuses).
 
 The golden file is the reference's own ``StreamingDataset`` over the same three streams
 (``scripts/gen_mosaic_mixing_golden.py``). The reference splits the epoch over the streams with
