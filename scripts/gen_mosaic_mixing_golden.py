@@ -9,12 +9,11 @@ and records, for every case of ``cases()``, each stream's ``choose`` as the refe
 it and the ids of the samples its ``StreamingDataset`` yields in one process (one rank, no
 DataLoader) over two iterations (epochs 0 and 1), then what a new dataset yields after loading
 its ``state_dict`` taken halfway through epoch 1 (and that state's epoch and position), or the
-error it raises. The cases weigh
-streams relatively (``proportion``, with and without ``epoch_size``) or give unweighted
-streams an ``epoch_size``: the two ways
-the reference splits an epoch over its streams with a seeded draw (``Stream.apply_weights``),
-across every reference shuffle algorithm, batching method, sampling method and granularity,
-and ``EMPTY``: epochs smaller than a batch.
+error it raises. The cases weigh streams relatively (``proportion``, with and without
+``epoch_size``) or give unweighted streams an ``epoch_size``: the two ways the reference splits
+an epoch over its streams with a seeded draw (``Stream.apply_weights``), across every reference
+shuffle algorithm, batching method, sampling method and granularity; then ``EMPTY``: epochs
+smaller than one batch.
 Each stream's samples per shard are stored too, so a test that writes the same streams with
 astream's writer can check it wrote the same shards. The table comes from a seeded draw
 (``random.Random(SEED)``), so a regeneration gives the same cases.

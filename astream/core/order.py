@@ -960,9 +960,8 @@ class _ReferenceWorkPlan(EpochPlan):
         work = self._work(world, start)
         node, local = divmod(rank, world.ranks_per_node)
         w, b = world.workers_per_rank, work.shape[3]
-        rows = (
-            work[node, local].transpose(1, 0, 2).reshape(w * b, work.shape[4])
-        )  # batch j = b * W + w
+        # batch j = b * W + w; the row width named (not -1): an epoch may have no batch at all
+        rows = work[node, local].transpose(1, 0, 2).reshape(w * b, work.shape[4])
         gbs = self.batch_size * world.num_ranks
         j = np.arange(w * b, dtype=np.int64)
         base = (start // gbs + j) * gbs + rank * self.batch_size
