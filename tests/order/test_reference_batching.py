@@ -16,7 +16,7 @@ import pytest
 from astream.core.world import World
 from astream.errors import ConfigError
 
-from .test_reference_uneven import assert_reference_batches, case_plan, sampled
+from .test_reference_uneven import assert_reference_batches, case_plan
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "mosaic", "batching.npz")
 _DATA = np.load(GOLDEN)
@@ -35,7 +35,7 @@ def _id(case: tuple[int, dict]) -> str:
     )
 
 
-@pytest.mark.parametrize("case", sampled(CASES, [_id(c) for c in CASES]))
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
 def test_batching_methods_as_the_reference(case: tuple[int, dict]) -> None:
     k, c = case
     pn, rpn, _w = c["shape"]

@@ -22,15 +22,6 @@ _META = json.loads(str(_DATA["cases"]))
 CASES = list(enumerate(_META["cases"]))
 
 
-def sampled(cases: list[tuple[int, dict]], ids: list[str]) -> list[object]:
-    """Every case, a third of them in the default run (spread over the matrix) and the rest
-    under the ``slow`` marker (ASTREAM_SLOW=1), to keep the default suite short."""
-    return [
-        pytest.param(c, id=i, marks=() if k % 3 == 0 else pytest.mark.slow)
-        for k, (c, i) in enumerate(zip(cases, ids))
-    ]
-
-
 def _id(case: tuple[int, dict]) -> str:
     _k, c = case
     algo = c["algo"] if c["shuffle"] else "noshuffle"
@@ -76,7 +67,7 @@ def assert_reference_batches(p, want: np.ndarray, shape: list[int], start: int) 
             assert got == [b for b in ref if b], (rank, w)
 
 
-@pytest.mark.parametrize("case", sampled(CASES, [_id(c) for c in CASES]))
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
 def test_uneven_epochs_as_the_reference(case: tuple[int, dict]) -> None:
     k, c = case
     p = case_plan(c, _META["streams"])
