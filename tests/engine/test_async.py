@@ -278,6 +278,42 @@ def test_async_checkpoint_resumes_exactly(local_dataset: Any) -> None:
     assert head + tail == want
 
 
+def test_a_checkpoint_taken_after_a_resume_counts_from_the_epoch_start(local_dataset: Any) -> None:
+    """Resume at 123, read 50, checkpoint again: the second state says 173 (not the 50 read
+    since the resume) and resumes to exactly the rest, on the async and the sync path."""
+    path, _ = local_dataset
+    want = labels(StreamingDataset(local=path, batch_size=8, shuffle=True))
+    first = {"epoch": 0, "sample_in_epoch": 123, "num_canonical_nodes": 1, "shuffle_seed": 9176}
+
+    async def chained() -> tuple[dict[str, Any], list[int], list[int]]:
+        ds = await AsyncStreamingDataset.open(local=path, batch_size=8, shuffle=True)
+        ds.load_state_dict(first)
+        middle: list[int] = []
+        async for s in ds.aiter():
+            middle.append(int(s["label"]))
+            if len(middle) == 50:
+                break
+        state = json.loads(json.dumps(ds.state_dict()))
+        ds2 = await AsyncStreamingDataset.open(local=path, batch_size=8, shuffle=True)
+        ds2.load_state_dict(state)
+        return state, middle, [int(s["label"]) async for s in ds2.aiter()]
+
+    state, middle, tail = asyncio.run(chained())
+    assert (state["epoch"], state["sample_in_epoch"]) == (0, 173)
+    assert middle == want[123:173] and tail == want[173:]
+
+    # the sync iterator, num_workers=0 (torchdata's stateful-iterable protocol)
+    ds = StreamingDataset(local=path, batch_size=8, shuffle=True)
+    ds.load_state_dict(first)
+    it = iter(ds)
+    middle = [int(next(it)["label"]) for _ in range(50)]
+    state = json.loads(json.dumps(ds.state_dict()))
+    assert (state["epoch"], state["sample_in_epoch"]) == (0, 173)
+    ds2 = StreamingDataset(local=path, batch_size=8, shuffle=True)
+    ds2.load_state_dict(state)
+    assert middle == want[123:173] and labels(ds2) == want[173:]
+
+
 def test_aget_many_in_order_and_concurrent(s3_dataset: Any, fresh_local: Any) -> None:
     url, samples = s3_dataset
     ids = [999, 0, 5, 500, 5, -1]
