@@ -190,7 +190,7 @@ from torch.utils.data import DataLoader
 from astream import StreamingDataset
 ds = StreamingDataset(remote=sys.argv[1], batch_size=5)
 it = iter(DataLoader(ds, batch_size=5, num_workers=2, collate_fn=list))  # _workers: processes
-next(it)
+next(it), next(it)  # batch 0 from worker 0, batch 1 from worker 1: both hold their lease
 print(" ".join(str(w.pid) for w in it._workers), flush=True)
 sys.stdin.readline()
 """

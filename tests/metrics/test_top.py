@@ -31,6 +31,19 @@ def _wait(path: str, proc: subprocess.Popen[str]) -> None:
         time.sleep(0.05)
 
 
+def _read_until(proc: subprocess.Popen[str], mark: str, count: int) -> str:
+    """What ``proc`` printed up to its ``count``-th ``mark`` (120 s at most)."""
+    assert proc.stdout is not None
+    fd, got = proc.stdout.fileno(), b""
+    deadline = time.monotonic() + 120
+    while got.decode(errors="replace").count(mark) < count:
+        assert time.monotonic() < deadline, f"{count} x {mark!r} never came: {got[-500:]!r}"
+        chunk = os.read(fd, 65536)
+        assert chunk, f"exited ({proc.wait()}) after {got[-500:]!r}"
+        got += chunk
+    return got.decode()
+
+
 def test_top_once_shows_running_job_and_ctrl_c(tmp_path, runtime_dir):
     write_ds(str(tmp_path / "d"), 300)
     marks = tmp_path / "marks"
@@ -66,9 +79,11 @@ def test_top_once_shows_running_job_and_ctrl_c(tmp_path, runtime_dir):
             # background job): Python then never turns SIGINT into KeyboardInterrupt
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
-        time.sleep(1.5)
+        # Ctrl-C once two frames are drawn: the CLI is past its imports and inside its loop
+        drawn = _read_until(live, "\x1b[H\x1b[2J", 2)
         live.send_signal(signal.SIGINT)
         out, err = live.communicate(timeout=30)
+        out = drawn + out
         assert live.returncode == 0, err
         assert out.count("\x1b[H\x1b[2J") >= 2 and f"job pid {job.pid}" in out
     finally:
