@@ -98,24 +98,9 @@ def node_steps(plan: Any, world: World, start: int = 0) -> int:
 
 
 def _rank_positions(plan: Any, world: World, rank: int, j0: int, j1: int, start: int) -> I64:
-    """Global positions of rank batches ``[j0, j1)`` of ``rank``, concatenated, with step."""
-    bs = plan.batch_size
-    nb = node_steps(plan, world, start)
-    j1 = min(j1, nb)
-    if j0 >= j1:
-        return np.zeros(0, np.int64)
-    if plan.batching_method == "device_per_stream":
-        return np.concatenate([plan.rank_positions(world, rank, j, start) for j in range(j0, j1)])
-    node, local = divmod(rank, world.ranks_per_node)
-    slot = node + world.num_nodes * local
-    full_stop = min(j1, nb - 1)  # the rank's last batch may be partial or padded: ask the plan
-    parts = []
-    if j0 < full_stop:
-        i = np.arange(j0 * bs, full_stop * bs, dtype=np.int64)
-        parts.append(start + i * world.num_ranks + slot)
-    if j1 == nb:
-        parts.append(np.asarray(plan.rank_positions(world, rank, nb - 1, start), np.int64))
-    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    """Global positions of rank batches ``[j0, j1)`` of ``rank``, concatenated, with step.
+    The plan deals them (its batching method and algorithm decide the layout)."""
+    return np.asarray(plan.rank_positions_span(world, rank, j0, j1, start), np.int64)
 
 
 def rank_uses(

@@ -666,6 +666,18 @@ class EpochPlan:
         world.check_rank(global_rank)
         return self._positions(world, global_rank, [batch], start, c)[0]
 
+    def rank_positions_span(
+        self, world: World, global_rank: int, j0: int, j1: int, start: int = 0
+    ) -> I64:
+        """Global positions of a rank's batches ``[j0, j1)`` (clipped to its batches), one
+        array, in reading order: what :meth:`rank_positions` gives for each, concatenated."""
+        _, c = self._deal(world, start)
+        world.check_rank(global_rank)
+        batches = range(max(0, j0), min(j1, self._rank_batches(world, start)))
+        if not len(batches):
+            return np.zeros(0, np.int64)
+        return np.concatenate(self._positions(world, global_rank, batches, start, c))
+
     def _positions(
         self, world: World, rank: int, batches: list[int] | range, start: int, c: int
     ) -> list[I64]:
@@ -842,6 +854,14 @@ class _ReferencePlan(EpochPlan):
             return r.rank_positions(world, global_rank, batch, start)
         return super().rank_positions(world, global_rank, batch, start)
 
+    def rank_positions_span(
+        self, world: World, global_rank: int, j0: int, j1: int, start: int = 0
+    ) -> I64:
+        r = self._redeal(world)
+        if r is not None:
+            return r.rank_positions_span(world, global_rank, j0, j1, start)
+        return super().rank_positions_span(world, global_rank, j0, j1, start)
+
     def _span(self, world: World, start: int) -> tuple[int, int]:
         return start - start % world.num_nodes, self._total(world.num_nodes)
 
@@ -985,6 +1005,15 @@ class _ReferenceWorkPlan(EpochPlan):
         world.check_rank(global_rank)
         rows, pos = self._rank_rows(world, global_rank, start)
         out: I64 = pos[batch][rows[batch] >= 0]
+        return out
+
+    def rank_positions_span(
+        self, world: World, global_rank: int, j0: int, j1: int, start: int = 0
+    ) -> I64:
+        world.check_rank(global_rank)
+        rows, pos = self._rank_rows(world, global_rank, start)
+        lo, hi = max(0, j0), max(0, j1)
+        out: I64 = pos[lo:hi][rows[lo:hi] >= 0]
         return out
 
     def worker_batches(
