@@ -1,0 +1,196 @@
+"""Mutation testing of the modules that hold astream's invariants (mutmut 3).
+
+    bash scripts/mutate.sh astream/core/eviction.py [more modules]   # one or more modules
+    bash scripts/mutate.sh --all                                     # every module in TARGETS
+    bash scripts/mutate.sh --report                                  # re-summarise only
+
+For each module, a scratch copy of the tree (``.mutate/``, ignored by git) gets a
+``[tool.mutmut]`` section naming that module and the tests that guard it (``TARGETS``), and
+``mutmut run`` mutates it there. The verdict of every mutant is written to
+``mutation/<module>.txt``; ``mutation/equivalent.txt`` lists the mutants that no test can kill
+because they do not change behaviour, each with its reason. ``mutation/README.md`` gets the
+table: per module, mutants, killed, equivalent, survived, and the score
+``killed / (mutants - equivalent)``. A surviving mutant that is not in the equivalent list is
+a missing test.
+
+The tests chosen per module run in-process: mutmut switches mutants inside the pytest
+process, so a test whose astream code runs in a child (DataLoader workers, torchrun) cannot
+see a mutant and is left out of the selection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "mutation"
+WORK = ROOT / ".mutate"
+
+# module -> the in-process tests that guard it
+TARGETS: dict[str, list[str]] = {
+    "astream/core/eviction.py": [
+        "tests/plan/test_future_props.py",
+        "tests/plan/test_simulate.py",
+        "tests/engine/test_cache_victims.py",
+        "tests/plan/test_validation.py",
+    ],
+    "astream/core/partition.py": ["tests/order"],
+    "astream/core/order.py": ["tests/order"],
+    "astream/core/refshuffle.py": ["tests/order"],
+    "astream/core/state.py": ["tests/order", "tests/engine/test_resume.py"],
+    "astream/core/shard.py": ["tests/core", "tests/writer/test_mds_writer.py"],
+    "astream/writer/mds.py": ["tests/writer/test_mds_writer.py", "tests/core"],
+    "astream/runtime/cache.py": [
+        "tests/engine/test_cache_victims.py",
+        "tests/storage/test_fetch_stream.py",
+        "tests/plan/test_interleave.py",
+    ],
+    "astream/runtime/binding.py": ["tests/reliability/test_shared_cache.py", "tests/engine/test_offline.py"],
+    "astream/runtime/parquet_index.py": [
+        "tests/parquet/test_local.py",
+        "tests/parquet/test_decode.py",
+        "tests/parquet/test_compact.py",
+    ],
+}
+
+STATUS_RE = re.compile(r"^\s*(\S+): (.+)$")
+
+
+def _copy_tree(dst: Path, rev: str | None) -> None:
+    """The checkout's files copied to ``dst``: the tracked and untracked-not-ignored files of
+    the working tree, or the tree of commit ``rev``."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    if rev is not None:
+        dst.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", str(dst)], input=archive.stdout, check=True)
+        return
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT, check=True, capture_output=True,
+    ).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if not src.is_file():
+            continue
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst / rel)
+
+
+def _configure(work: Path, module: str, tests: list[str]) -> None:
+    toml = work / "pyproject.toml"
+    text = toml.read_text()
+    text += (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["astream"]\n'
+        f"only_mutate = [{json.dumps(module)}]\n"
+        f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-p", "no:randomly"]\n'
+        "use_git_change_detection = false\n"
+        "timeout_multiplier = 10.0\n"
+        "timeout_constant = 5.0\n"
+    )
+    toml.write_text(text)
+
+
+def run_module(module: str, rev: str | None) -> dict[str, str]:
+    if module not in TARGETS:
+        raise SystemExit(f"mutate: {module!r} is not in TARGETS (scripts/mutate.py): {sorted(TARGETS)}")
+    work = WORK / module.replace("/", "_")
+    _copy_tree(work, rev)
+    _configure(work, module, TARGETS[module])
+    mutmut = Path(sys.executable).parent / "mutmut"
+    t0 = time.monotonic()
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    r = subprocess.run([str(mutmut), "run", "--max-children", str(os.cpu_count() or 2)], cwd=work, env=env)
+    if r.returncode != 0:
+        raise SystemExit(f"mutate: mutmut run failed for {module} (exit {r.returncode})")
+    listing = subprocess.run(
+        [str(mutmut), "results", "--all", "true"], cwd=work, env=env, check=True,
+        capture_output=True, text=True,
+    ).stdout
+    verdicts: dict[str, str] = {}
+    for line in listing.splitlines():
+        m = STATUS_RE.match(line)
+        if m:
+            verdicts[m.group(1)] = m.group(2)
+    diffs = []
+    for name, status in sorted(verdicts.items()):
+        if status != "killed":
+            shown = subprocess.run(
+                [str(mutmut), "show", name], cwd=work, env=env, capture_output=True, text=True
+            ).stdout
+            diffs.append(shown.rstrip())
+    OUT.mkdir(exist_ok=True)
+    name = module.replace("/", ".").removesuffix(".py")
+    what = "the working tree"
+    if rev:
+        sha = subprocess.run(["git", "rev-parse", rev], cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout.strip()
+        what = f"commit {sha}"
+    lines = [f"# {module} ({what}): mutmut 3 over {' '.join(TARGETS[module])}",
+             f"# ran in {time.monotonic() - t0:.0f} s", ""]
+    lines += [f"{k}: {v}" for k, v in sorted(verdicts.items())]
+    (OUT / f"{name}.txt").write_text("\n".join(lines) + "\n")
+    (OUT / f"{name}.survivors.diff").write_text("\n\n".join(diffs) + ("\n" if diffs else ""))
+    return verdicts
+
+
+def _equivalent() -> dict[str, str]:
+    path = OUT / "equivalent.txt"
+    out: dict[str, str] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                name, _, why = line.partition(" ")
+                out[name] = why.strip()
+    return out
+
+
+def report() -> list[tuple[str, int, int, int, int, float]]:
+    eq = _equivalent()
+    rows = []
+    for txt in sorted(OUT.glob("astream.*.txt")):
+        verdicts = dict(
+            STATUS_RE.match(line).groups()  # type: ignore[union-attr]
+            for line in txt.read_text().splitlines()
+            if line and not line.startswith("#")
+        )
+        total = len(verdicts)
+        killed = sum(v in ("killed", "timeout") for v in verdicts.values())
+        equiv = sum(1 for k, v in verdicts.items() if k in eq and v not in ("killed", "timeout"))
+        survived = total - killed - equiv
+        score = killed / (total - equiv) if total > equiv else 1.0
+        rows.append((txt.stem, total, killed, equiv, survived, score))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("modules", nargs="*", help="paths such as astream/core/eviction.py")
+    ap.add_argument("--all", action="store_true", help="every module in TARGETS")
+    ap.add_argument("--report", action="store_true", help="only print the table")
+    ap.add_argument("--rev", help="mutate the tree of this commit (default: the working tree)")
+    a = ap.parse_args()
+    modules = sorted(TARGETS) if a.all else a.modules
+    if not modules and not a.report:
+        ap.error("name at least one module, or --all / --report")
+    for module in modules:
+        run_module(module, a.rev)
+    rows = report()
+    print(f"{'module':40} {'mutants':>8} {'killed':>7} {'equiv':>6} {'survived':>9} {'score':>6}")
+    for name, total, killed, equiv, survived, score in rows:
+        print(f"{name:40} {total:8} {killed:7} {equiv:6} {survived:9} {score:6.1%}")
+
+
+if __name__ == "__main__":
+    main()
