@@ -92,6 +92,7 @@ def _configure(work: Path, module: str, tests: list[str]) -> None:
     text += (
         "\n[tool.mutmut]\n"
         'source_paths = ["astream"]\n'
+        'also_copy = ["scripts", "benchmarks"]\n'
         f"only_mutate = [{json.dumps(module)}]\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-p", "no:randomly"]\n'

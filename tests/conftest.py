@@ -37,21 +37,63 @@ _FAKE_ENV = {
 }
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="the developer loop: leave out the slow tests and the heavy modules (QUICK_OUT)",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Fake credentials only: nothing in the test suite may reach a real cloud account.
     for k, v in _FAKE_ENV.items():
         os.environ[k] = v
     os.environ.pop("AWS_PROFILE", None)
-    config.addinivalue_line("markers", "slow: long test; skipped unless ASTREAM_SLOW=1")
+
+
+# What `--quick` (scripts/test.sh --quick) leaves out besides the tests marked slow: modules
+# whose cost is mostly starting processes (torchrun, Spark, Ray, DataLoader workers under
+# spawn), soaks and benchmarks. The default run and CI run everything.
+QUICK_OUT = (
+    "tests/bench/",
+    "tests/trainers/",
+    "tests/engine/test_eviction.py",
+    "tests/engine/test_multiprocess.py",
+    "tests/engine/test_reference_multiprocess.py",
+    "tests/engine/test_slow_worker_restart.py",
+    "tests/packing/test_multirank.py",
+    "tests/packing/test_ring.py",
+    "tests/parquet/test_bench.py",
+    "tests/parquet/test_multiprocess.py",
+    "tests/plan/test_scale.py",
+    "tests/plan/test_validation.py",
+    "tests/reliability/test_concurrency.py",
+    "tests/reliability/test_crashes.py",
+    "tests/reliability/test_disk_errors.py",
+    "tests/reliability/test_fault_matrix.py",
+    "tests/reliability/test_first_batch.py",
+    "tests/reliability/test_lead_first.py",
+    "tests/reliability/test_rewrite_in_place.py",
+    "tests/storage/test_fetch_stream.py",
+    "tests/storage/test_s3_models_cache.py",
+    "tests/storage/test_startup.py",
+    "tests/writer/test_ray.py",
+    "tests/writer/test_spark.py",
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.environ.get("ASTREAM_SLOW") == "1":
+    if not config.getoption("--quick"):
         return
-    skip = pytest.mark.skip(reason="slow: set ASTREAM_SLOW=1 to run")
+    keep, out = [], []
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+        path = item.nodeid.split("::")[0]
+        heavy = "slow" in item.keywords or path.startswith(QUICK_OUT)
+        (out if heavy else keep).append(item)
+    if out:
+        config.hook.pytest_deselected(items=out)
+        items[:] = keep
 
 
 def unique_name(prefix: str = "t") -> str:

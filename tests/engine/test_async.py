@@ -193,7 +193,14 @@ def test_open_is_cancellable_against_a_hanging_endpoint(
             for o in objects
             if type(o) is aiohttp.ClientSession and o._loop is loop and not o.closed
         ]
-        return sessions, [o for o in objects if type(o) is _Conn and not o.closing]
+        conns = [
+            o
+            for o in objects
+            if type(o) is _Conn
+            and not o.closing
+            and getattr(o.transport, "_loop", None) is loop  # not another test's pool
+        ]
+        return sessions, conns
 
     async def main() -> float:
         start = time.perf_counter()

@@ -163,7 +163,15 @@ def test_decoded_files_count_under_cache_limit_and_go_with_their_row_group(
         seen_sides = max(seen_sides, len(sides(cache)))
     assert sorted(s["label"] for s in got) == list(range(len(rows)))
     assert all(same(s, rows[s["label"]]) for s in got)
-    assert seen_sides >= 1 and ds.engine.space.evictions >= GROUPS - 2
+    # every row group downloaded and gone by the end was evicted, and nothing else was: the
+    # count follows the downloads and what the cache holds at the end, which depends on
+    # whether a decoded file found room (on a busy machine three raw groups can be left)
+    fetched = int(ds.stats.snapshot()["shards_fetched"])
+    left = [f for f in os.listdir(cache)
+            if f.startswith("big.parquet.rg") and not f.endswith(parquet_read.SIDE_SUFFIX)
+            and TMP_MARK not in f]  # fmt: skip
+    assert fetched >= GROUPS - 1 and len(left) <= 3  # three fit when no decoded file is kept
+    assert seen_sides >= 1 and ds.engine.space.evictions == fetched - len(left) >= 1
     # and with 2 workers reading at once
     tight2 = ds_of(root, fresh("tight2"), cache_limit=limit, batch_size=2, shuffle_block_size=60)
     ld = StreamingDataLoader(tight2, batch_size=2, num_workers=2, collate_fn=_listed)

@@ -214,3 +214,47 @@ def test_victim_keys_order_by_distance_then_age() -> None:
     assert eviction_order("next_use", nxt, last) == [2, 3, 1, 0]
     assert eviction_order("lru", nxt, last) == [3, 1, 0, 2]
     assert eviction_order("next_use", np.array([], np.int64), []) == []
+
+
+def _sizes_plan(bs: int = 2) -> object:
+    return plan_epoch([StreamSpec(np.full(12, 5, np.int64))], seed=7, epoch=0,
+                      num_canonical_nodes=1, batch_size=bs, shuffle=True)  # fmt: skip
+
+
+def test_empty_windows_are_empty_int64_arrays() -> None:
+    plan, world = _sizes_plan(), World(1, 2, 1)
+    steps = node_steps(plan, world)
+    for t, s in (rank_uses(plan, world, 1, steps, steps + 5),
+                 rank_uses(plan, world, 0, 3, 3),
+                 step_uses(plan, world, 0, steps, steps + 1)):  # fmt: skip
+        assert (t.dtype, s.dtype, len(t), len(s)) == (np.int64, np.int64, 0, 0)
+    # start defaults to the epoch's beginning
+    a, b = rank_uses(plan, world, 1, 0, 4), rank_uses(plan, world, 1, 0, 4, 0)
+    assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
+
+
+def _expected_windows(nows: list[int], bs: int, horizon: int, steps: int) -> int:
+    """The recompute rule of the module docstring: a rank's window [lo, lo + horizon) steps is
+    kept while its step is in [lo, lo + horizon // 2) or the window reaches the epoch's end."""
+    count, lo, hi = 0, None, 0
+    for now in nows:
+        if now >= steps * bs:
+            continue  # past the end: nothing to look up
+        step = max(0, now) // bs
+        if lo is not None and lo <= step and (step < lo + horizon // 2 or hi >= steps):
+            continue
+        lo, hi, count = step, min(step + horizon, steps), count + 1
+    return count
+
+
+@pytest.mark.parametrize("horizon", [2, 5, 6, 9])
+def test_windows_are_recomputed_past_their_middle_only(horizon: int) -> None:
+    plan, world = _sizes_plan(bs=2), World(1, 1, 1)
+    bs = 2
+    steps = node_steps(plan, world)
+    future = NodeFuture(plan, world, 0, horizon_samples=horizon * bs)
+    assert future.horizon == horizon
+    nows = [*range(0, steps * bs + 3), 7, 3, steps * bs, steps * bs - 1]  # forwards, back, end
+    for k in range(1, len(nows) + 1):
+        future.next_use(np.arange(12), [nows[k - 1]])
+        assert future.windows == _expected_windows(nows[:k], bs, horizon, steps), nows[:k]

@@ -253,6 +253,7 @@ def test_kill9_trials_ci(fx: dict[str, Any], make_proxy: MakeProxy, tmp_path: An
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # 24 trials: ~5 min on a quiet 2-core machine, ~11 under load
 def test_kill9_trials_full(fx: dict[str, Any], make_proxy: MakeProxy, tmp_path: Any) -> None:
     _trials(24, 12345, fx, make_proxy, tmp_path)
 
