@@ -329,6 +329,22 @@ def _check_setting(obj: Any, name: str, value: Any, when: str) -> None:
     )
 
 
+def _check_hash_paths(catalog: Catalog) -> None:
+    """Refuse ``validate_hash`` (the dataset's or a stream's) on a stream whose read path
+    cannot honour it: a Parquet table has no whole-file hash in an index to check a row group
+    against, and its page checksums are optional, so its samples would go out unverified."""
+    for k, src in enumerate(catalog.sources):
+        if src.validate_hash is None:
+            continue
+        for _i, entry in src.index.table.configs():
+            if entry.format == "parquet":
+                raise ConfigError(
+                    f"validate_hash={src.validate_hash!r} cannot be honoured for stream {k} "
+                    f"({_redact(src.remote or src.local)}): a Parquet table lists no file "
+                    "hashes to check its row groups against; read it without validate_hash"
+                )
+
+
 class StreamingCore:
     """Stream MDS samples from ``remote`` (cached under ``local``) in a planned order.
 
@@ -475,6 +491,7 @@ class StreamingCore:
         )
         self.streams: list[Any] = resolved_streams
         self.catalog = Catalog(sources)
+        _check_hash_paths(self.catalog)
         check_dataset(cfg, self.catalog, self.stream_specs, allow_unsafe_types)
         if cfg.validate_hash is not None:
             check_hash_available(self.catalog, cfg.validate_hash)

@@ -20,7 +20,9 @@ reads of that shard then wait for that fetch and are local. Whatever the access 
 bytes moved for a shard are then at most twice those of the better of the two pure strategies
 (ranges only, or the shard at the first read), and sparse random access -- a few samples of
 each big shard -- never downloads a shard. A compressed shard is fetched whole through the
-cache, since its samples cannot be addressed inside the compressed bytes.
+cache, since its samples cannot be addressed inside the compressed bytes. So is every shard of
+a stream read with ``validate_hash``: its hash covers the whole file, so random access returns
+a sample only from a shard whose whole bytes matched the index (``_sample_rangeable``).
 
 The start of a cold iteration reads its first batches by ranges while whole shards download:
 an uncompressed MDS shard's wanted samples (only when the batch's ranges are estimated at most
@@ -637,8 +639,7 @@ class Engine:
         if h is not None:
             self.stats.samples += 1
             return h.sample(li)
-        shard = self.catalog.shards[s]
-        if shard.compression is None and shard.remote is not None and shard.ranges is None:
+        if self._sample_rangeable(s):
             return bridge.run(self.aget_range(s, li))
         if self.catalog.entries[s].format == "parquet" and self._rangeable(s):
             got = bridge.run(self.aget_pages(s, li))
@@ -653,8 +654,7 @@ class Engine:
         s, li = self.catalog.locate_one(i)
         h = opener.try_open(s)
         if h is None:
-            shard = self.catalog.shards[s]
-            if shard.compression is None and shard.remote is not None and shard.ranges is None:
+            if self._sample_rangeable(s):
                 return await self.aget_range(s, li)
             if self.catalog.entries[s].format == "parquet" and self._rangeable(s):
                 got = await self.aget_pages(s, li)
@@ -666,6 +666,20 @@ class Engine:
                 return await self.aget(i)
         self.stats.samples += 1
         return h.sample(li)
+
+    def _sample_rangeable(self, s: int) -> bool:
+        """Whether random access reads a sample of shard ``s`` by ranged GETs (its header, then
+        the sample): an uncompressed MDS or split shard with a remote, read without hash
+        validation. A hash covers the whole file, so under ``validate_hash`` (the stream's or
+        the dataset's) the shard is downloaded whole, hashed, and the sample read from the
+        cache (a mismatch: deleted, fetched once more, then :class:`IntegrityError`)."""
+        shard = self.catalog.shards[s]
+        return (
+            shard.compression is None
+            and shard.remote is not None
+            and shard.ranges is None
+            and (shard.validate_hash or self.validate_hash) is None
+        )
 
     async def aget_range(self, s: int, li: int) -> dict[str, Any]:
         parts = self._parts()
