@@ -9,6 +9,8 @@ process is alive, reads those files -- no port, no connection to the job -- and 
 job, one row per process label (``main``, ``worker 0``, ...; the workers of every epoch with
 one id are added up) and a total: samples, samples/s, bytes fetched, MB/s, seconds and share of
 time waited for data (the stall), cache hits/misses, evictions, retries and the prefetch depth.
+The cache line is the bytes in the job's streams' cache directories, scanned by ``top`` at each
+frame (the job's own figure is rescanned only every few seconds), with the job's limit.
 
 Rates are over the last refresh; the first frame (and ``--once``) shows rates since the job
 started. The screen is redrawn every ``--interval`` seconds until Ctrl-C, which exits with 0.
@@ -89,6 +91,27 @@ def _sum(figs: dict[str, dict[str, float]]) -> dict[str, float]:
     return total
 
 
+def _cache_line(info: dict[str, Any], folded: dict[str, Any]) -> str | None:
+    """The job's cache line: the bytes in its streams' cache directories, scanned now (the
+    job's own figure is rescanned only every few seconds, so it lags a job that just
+    downloaded), with the limit its main process reports. The job's figure stands in when
+    the directories cannot be read from here; None when neither is known."""
+    from astream.metrics.record import cache_bytes
+
+    cache = next((a["cache"] for a in folded.values() if "cache" in a), None)
+    roots = [str(st["local"]) for st in info.get("streams", []) if st.get("local")]
+    nbytes = cache_bytes(roots) if roots else None
+    if nbytes is None:
+        if cache is None:
+            return None
+        nbytes = int(cache["bytes"])
+    line = f"  cache    {human_bytes(nbytes)}"
+    if cache is None:
+        return line  # no record of the main process yet: its limit is not known
+    limit = cache.get("limit")
+    return line + (f" of {human_bytes(limit)} limit" if limit is not None else " (no limit)")
+
+
 def frame(
     jobs: list[Any], prev: dict[str, dict[str, dict[str, float]]], now: float, interval: float
 ) -> tuple[str, dict[str, dict[str, dict[str, float]]]]:
@@ -116,13 +139,9 @@ def frame(
         for k, st in enumerate(info.get("streams", [])):
             lines.append(f"  stream {k} {st.get('remote') or '(local only)'} -> {st.get('local')}")
         folded = by_worker(job.records)
-        cache = next((a["cache"] for a in folded.values() if "cache" in a), None)
-        if cache is not None:
-            limit = cache.get("limit")
-            lines.append(
-                f"  cache    {human_bytes(cache['bytes'])}"
-                + (f" of {human_bytes(limit)} limit" if limit is not None else " (no limit)")
-            )
+        cache_line = _cache_line(info, folded)
+        if cache_line is not None:
+            lines.append(cache_line)
         lines.append(_HEAD)
         figs: dict[str, dict[str, float]] = {}
         order = sorted(folded, key=lambda w: (w != "main", int(w) if w.isdigit() else -1))
