@@ -153,8 +153,8 @@ def _digest(*parts: object) -> str:
 
 def row_group_shards(table: ParquetTable, columns: list[str] | None) -> list[RowGroupShard]:
     """The virtual shards of ``table`` projected on ``columns`` (None: every column of the
-    first file). A projected column missing from a file, or of another type there, is a
-    ``FormatError`` naming the file."""
+    first file), one per row group that has rows. A projected column missing from a file, or
+    of another type there, is a ``FormatError`` naming the file."""
     if not table.files:
         return []
     first = table.files[0]
@@ -177,6 +177,8 @@ def row_group_shards(table: ParquetTable, columns: list[str] | None) -> list[Row
                 )
         sig = _digest(f.size, f.etag, tuple(want))
         for g, rg in enumerate(f.row_groups):
+            if not rg.rows:
+                continue  # a row group of no rows is no shard (pyarrow skips it too)
             ranges = merge_ranges([r for c in want for r in rg.chunks[pos[c]]])
             nbytes = sum(e - s for s, e in ranges)
             name = f"{f.key}.rg{g:05d}.{sig}"
@@ -553,16 +555,18 @@ class RowGroupTable(ShardTable):
     uses (sample counts, cache-file names and sizes) are arrays; a :class:`RowGroupShard` is
     built when a shard is asked for (and kept: a process asks for the ones it reads)."""
 
-    __slots__ = ("_rows", "compact", "file_of", "pos", "types_of", "want")
+    __slots__ = ("_rows", "compact", "file_of", "group_of", "pos", "types_of", "want")
 
     def __init__(self, compact: CompactTable, want: list[str], types_of: dict[str, str],
-                 pos: list[list[int]], file_of: I64, **columns: Any) -> None:  # fmt: skip
+                 pos: list[list[int]], file_of: I64, group_of: I64,
+                 **columns: Any) -> None:  # fmt: skip
         super().__init__(**columns)
         self.compact = compact
         self.want = want
         self.types_of = types_of
         self.pos = pos  # per schema: the projected columns' positions in that schema
         self.file_of = file_of
+        self.group_of = group_of  # shard j is the table's row group group_of[j] (rows > 0)
         self._rows: dict[int, RowGroupShard] = {}
 
     def _row(self, j: int) -> ShardEntry:
@@ -572,7 +576,7 @@ class RowGroupTable(ShardTable):
         ct = self.compact
         i = int(self.file_of[j])
         f = ct.file(i)
-        g = j - int(ct.rg_off[i])
+        g = int(self.group_of[j]) - int(ct.rg_off[i])
         chunks = f.row_groups[g].chunks
         want = self.want
         ranges = merge_ranges([r for p in self.pos[int(ct.schema[i])] for r in chunks[p]])
@@ -663,10 +667,14 @@ def compact_shards(ct: CompactTable, columns: list[str] | None) -> RowGroupTable
     ):
         sig = _digest(int(ct.sizes[i]), ct.etags[i], proj)
         raw_names += [f"{key}.rg{g:05d}.{sig}" for g in range(g1 - g0)]
+    keep = np.flatnonzero(ct.rows > 0)  # a row group of no rows is no shard
+    if len(keep) < groups:
+        file_of, nbytes = file_of[keep], nbytes[keep]
+        raw_names = [raw_names[g] for g in keep.tolist()]
     return RowGroupTable(
-        ct, want, types_of, pos, file_of,
-        templates=[], kind=np.zeros(groups, dtype=np.int32), samples=ct.rows.copy(),
-        raw_names=raw_names, raw_bytes=nbytes, raw_hashes=[_NO_HASHES] * groups,
+        ct, want, types_of, pos, file_of, keep,
+        templates=[], kind=np.zeros(len(keep), dtype=np.int32), samples=ct.rows[keep],
+        raw_names=raw_names, raw_bytes=nbytes, raw_hashes=[_NO_HASHES] * len(keep),
     )  # fmt: skip
 
 

@@ -116,7 +116,10 @@ def _leaves(t: Any) -> int:
 
 def footer_file(info: ObjectInfo, meta: bytes, store: ObjectStore) -> ParquetFile:
     """A :class:`ParquetFile` from one object's identity and its footer Thrift bytes (the
-    object is ``info.key`` of ``store``: its URL is made only to name it in an error)."""
+    object is ``info.key`` of ``store``: its URL is made only to name it in an error). A row
+    group of no rows is kept with no byte ranges (no shard is made of it). A footer whose
+    row count is not its row groups' sum, or a row group whose count is not the values of
+    its flat columns, is a ``FormatError``."""
     pq = _pq()
     import pyarrow as pa
 
@@ -136,15 +139,25 @@ def footer_file(info: ObjectInfo, meta: bytes, store: ObjectStore) -> ParquetFil
         )
     pad = 100 if (md.created_by or "").startswith("parquet-mr") else 0  # PARQUET-816
     data_end = info.size - len(meta) - 8
+    flat = [md.schema.column(j).max_repetition_level == 0 for j in range(md.num_columns)]
     groups = []
     for g in range(md.num_row_groups):
         rg = md.row_group(g)
+        if rg.num_rows == 0:  # nothing to read (writers leave its chunk offsets at 0)
+            groups.append(RowGroup(0, tuple(() for _ in widths)))
+            continue
         leaf = 0
         chunks: list[tuple[tuple[int, int], ...]] = []
         for w in widths:
             ranges = []
             for j in range(leaf, leaf + w):
                 c = rg.column(j)
+                if flat[j] and c.num_values != rg.num_rows:  # one value (or null) per row
+                    raise FormatError(
+                        f"row group {g} says {rg.num_rows} rows, its column "
+                        f"{md.schema.column(j).path!r} holds {c.num_values} values",
+                        store.url_for(info.key),
+                    )
                 start = c.data_page_offset
                 d = c.dictionary_page_offset
                 if c.has_dictionary_page and d is not None and 0 < d < start:
@@ -160,6 +173,12 @@ def footer_file(info: ObjectInfo, meta: bytes, store: ObjectStore) -> ParquetFil
             leaf += w
             chunks.append(tuple(sorted(ranges)))
         groups.append(RowGroup(rg.num_rows, tuple(chunks)))
+    total = sum(g.rows for g in groups)
+    if total != md.num_rows:  # which rows does the file hold? neither count can be trusted
+        raise FormatError(
+            f"footer says {md.num_rows} rows, its row groups hold {total}",
+            store.url_for(info.key),
+        )
     return ParquetFile(
         info.key,
         info.size,
@@ -570,4 +589,13 @@ async def _load(
         bound = read_binding(local)
         if bound is None or bound.digest != digest:
             write_binding(local, Binding(store.url, digest))
-    return Index(compact_shards(ct, columns))
+    shards = compact_shards(ct, columns)
+    if len(ct):  # every projected column of a type astream reads (the files agree on types)
+        from astream.runtime.parquet_read import _file_metadata
+        from astream.runtime.parquet_values import check_columns
+
+        first = ct.file(0)
+        want = first.columns if columns is None else columns
+        schema = _file_metadata(first).schema.to_arrow_schema()
+        check_columns(schema, want, store.url_for(first.key))
+    return Index(shards)

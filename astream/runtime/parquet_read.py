@@ -27,12 +27,14 @@ Tables read in place (no remote) and row groups under ``SHARE_MIN_BYTES`` are de
 process, writing nothing.
 
 Decoded values follow MDS samples: binary stays ``bytes``, strings ``str``, numbers Python
-scalars, nulls ``None``, a list of numbers a NumPy array (a view into the row group's values),
-deeper nesting Python lists/dicts. A :class:`RowGroupHandle` serves samples from per-column
-sequences built over the table's buffers, and recent row groups (up to ``DECODED_BYTES`` of
-them, at least the last ``KEEP_DECODED``) are kept per process, so re-opening one -- a shuffle
-moves between many row groups, a pinning consumer re-opens -- decodes nothing. (Under a
-``cache_limit`` a mapped decoded file is not kept past its handle: no map outlives the pin.)
+scalars, nulls ``None``, a list of numbers a NumPy array (a view into the row group's values;
+a list holding a null element, a Python list), deeper nesting Python lists/dicts, each equal
+to pyarrow's own ``to_pylist`` (``runtime/parquet_values.py``). A :class:`RowGroupHandle`
+serves samples from per-column sequences built over the table's buffers, and recent row
+groups (up to ``DECODED_BYTES`` of them, at least the last ``KEEP_DECODED``) are kept per
+process, so re-opening one -- a shuffle moves between many row groups, a pinning consumer
+re-opens -- decodes nothing. (Under a ``cache_limit`` a mapped decoded file is not kept past
+its handle: no map outlives the pin.)
 
 Columnar batches (``runtime/batch.py``) read the same table: every buffer of it lies in one IPC
 image (the mapped file, or a private buffer serialised once), so :func:`row_group_table` gives
@@ -53,6 +55,9 @@ from astream.errors import FormatError
 from astream.runtime.cache import TMP_MARK, ShardFiles
 from astream.runtime.fetch import RemoteShard
 from astream.runtime.locks import FileLock
+from astream.runtime.parquet_values import _flat as _flat  # re-exported: parquet_range uses it
+from astream.runtime.parquet_values import _offsets, _valid
+from astream.runtime.parquet_values import column_values as _column_values
 
 __all__ = ["RowGroupHandle", "decode_row_group", "row_group_remote_shard"]
 
@@ -162,115 +167,6 @@ def _file_metadata(src: ParquetFile) -> Any:
     else:
         _metadata.move_to_end(key)
     return md
-
-
-def _valid(arr: Any) -> list[bool] | None:
-    """Per row, whether it is not null (None when no row is), from the validity bitmap."""
-    import numpy as np
-
-    if not arr.null_count:
-        return None
-    bits = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
-    flags = np.unpackbits(bits, bitorder="little")[arr.offset : arr.offset + len(arr)]
-    return flags.astype(bool).tolist()  # type: ignore[no-any-return]
-
-
-def _numeric(t: Any) -> bool:
-    import pyarrow as pa
-
-    return bool(pa.types.is_integer(t) or (pa.types.is_floating(t) and not pa.types.is_float16(t)))
-
-
-def _flat(arr: Any) -> Any:
-    """A numeric array without nulls as a NumPy view of its data buffer (no copy; pyarrow's
-    ``to_numpy`` imports pandas, ~0.3-1 s in each fresh worker)."""
-    import numpy as np
-
-    dtype = np.dtype(arr.type.to_pandas_dtype())
-    data = np.frombuffer(arr.buffers()[1], dtype=dtype)
-    return data[arr.offset : arr.offset + len(arr)]
-
-
-def _offsets(arr: Any) -> list[int]:
-    """The ``len(arr) + 1`` value offsets of a list/binary/string array, as ints."""
-    import numpy as np
-    import pyarrow as pa
-
-    t = arr.type
-    wide = pa.types.is_large_list(t) or pa.types.is_large_binary(t) or pa.types.is_large_string(t)
-    o = np.frombuffer(arr.buffers()[1], dtype=np.int64 if wide else np.int32)
-    return o[arr.offset : arr.offset + len(arr) + 1].tolist()  # type: ignore[no-any-return]
-
-
-class _ListColumn:
-    """A ``list<number>`` column: row ``i`` is a NumPy view of the row group's flat values."""
-
-    __slots__ = ("_offsets", "_valid", "_values")
-
-    def __init__(self, values: Any, offsets: list[int], valid: list[bool] | None) -> None:
-        self._values, self._offsets, self._valid = values, offsets, valid
-
-    def __len__(self) -> int:
-        return len(self._offsets) - 1
-
-    def __getitem__(self, i: int) -> Any:
-        if self._valid is not None and not self._valid[i]:
-            return None
-        return self._values[self._offsets[i] : self._offsets[i + 1]]
-
-
-class _BytesColumn:
-    """A binary (``bytes``) or string (``str``) column, sliced from the row group's data buffer
-    when a row is read (a shuffle reads each row group's rows in several processes, each only
-    its own)."""
-
-    __slots__ = ("_data", "_offsets", "_text", "_valid")
-
-    def __init__(self, data: Any, offsets: list[int], valid: list[bool] | None, text: bool):
-        self._data, self._offsets, self._valid, self._text = data, offsets, valid, text
-
-    def __len__(self) -> int:
-        return len(self._offsets) - 1
-
-    def __getitem__(self, i: int) -> Any:
-        if self._valid is not None and not self._valid[i]:
-            return None
-        v = self._data[self._offsets[i] : self._offsets[i + 1]]
-        return str(v, "utf-8") if self._text else bytes(v)
-
-
-def _column_values(col: Any) -> Any:
-    """One column as per-row Python/NumPy values (see the module docstring): a sequence that
-    ``[i]`` indexes. Numbers, ``list<number>`` and binary/string columns are read from the
-    Arrow buffers directly; other types through ``to_pylist``."""
-    import pyarrow as pa
-
-    arr = col
-    if isinstance(col, pa.ChunkedArray):  # one chunk per row group: no copy then
-        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-    t = arr.type
-    if pa.types.is_dictionary(t):
-        arr = arr.dictionary_decode()
-        t = arr.type
-    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _numeric(t.value_type):
-        # only the rows' extent of the values: a sliced list array's child is not sliced
-        vals = arr.values
-        if not vals.null_count:
-            return _ListColumn(_flat(vals), _offsets(arr), _valid(arr))
-        flat = vals.to_numpy(zero_copy_only=False)  # null elements: NaN, as before
-        return _ListColumn(flat, _offsets(arr), _valid(arr))
-    if _numeric(t):
-        values: list[Any] = _flat(arr).tolist()
-        valid = _valid(arr)
-        if valid is not None:
-            values = [x if ok else None for x, ok in zip(values, valid)]
-        return values
-    text = pa.types.is_string(t) or pa.types.is_large_string(t)
-    if text or pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        buf = arr.buffers()[2]
-        data = memoryview(buf) if buf is not None else memoryview(b"")
-        return _BytesColumn(data, _offsets(arr), _valid(arr), text)
-    return list(arr.to_pylist())
 
 
 def _normalized(table: Any, names: tuple[str, ...]) -> Any:

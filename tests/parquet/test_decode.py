@@ -18,7 +18,8 @@ from astream.runtime.parquet_read import _column_values
 
 def _expected(arr: pa.Array) -> list[Any]:
     """What a sample holds: ``to_pylist``, with a list of numbers as a NumPy array of the
-    value type (float where the list holds a null element, as NumPy has no integer null)."""
+    value type (a list holding a null element stays ``to_pylist``'s list: NumPy has no
+    integer null, and a float NaN is a value, not a null)."""
     t = arr.type
     if pa.types.is_dictionary(t):
         arr, t = arr.dictionary_decode(), t.value_type
@@ -28,10 +29,7 @@ def _expected(arr: pa.Array) -> list[Any]:
         or (pa.types.is_floating(t.value_type) and not pa.types.is_float16(t.value_type))
     ):
         dtype = np.dtype(t.value_type.to_pandas_dtype())
-        if any(r is not None and None in r for r in rows):
-            dtype = np.dtype(np.float64)
-            rows = [None if r is None else [np.nan if v is None else v for v in r] for r in rows]
-        return [None if r is None else np.asarray(r, dtype=dtype) for r in rows]
+        return [r if r is None or None in r else np.asarray(r, dtype=dtype) for r in rows]
     return rows
 
 
