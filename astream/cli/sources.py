@@ -16,6 +16,7 @@ A Hugging Face dataset saved to disk is read without the ``datasets`` package: i
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -58,7 +59,8 @@ class JsonlSource(Source):
     kind = "jsonl"
 
     def _lines(self) -> Iterator[tuple[int, str]]:
-        with open(self.path, encoding="utf-8") as f:
+        # utf-8-sig: a byte-order mark some editors write is not part of the first line
+        with _text_errors(self.path), open(self.path, encoding="utf-8-sig") as f:
             for lineno, line in enumerate(f, 1):
                 if line.strip():
                     yield lineno, line
@@ -81,24 +83,73 @@ class JsonlSource(Source):
             yield row
 
 
+@contextlib.contextmanager
+def _text_errors(path: str) -> Iterator[None]:
+    """A text input that is not UTF-8 is a FormatError naming the file (the decoder reads
+    ahead, so the line it fails on is not the line of the bad byte: none is named)."""
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise FormatError(
+            f"not UTF-8 text (byte {exc.object[exc.start : exc.start + 1]!r}); re-encode it "
+            "as UTF-8",
+            path,
+        ) from None
+
+
 class CsvSource(Source):
+    """Rows of a CSV (``.tsv``: tab-separated) file with a header line. Checked as read, each
+    a FormatError naming the file and the line: a header name that repeats (its values would
+    overwrite each other) or is empty, a row whose field count is not the header's. A UTF-8
+    byte-order mark is dropped; blank lines are skipped. Line numbers are physical lines (a
+    quoted field may span several)."""
+
     kind = "csv"
 
-    def _reader(self, f: Any) -> Iterator[dict[str, Any]]:
+    def _records(self) -> Iterator[dict[str, Any]]:
         delim = "\t" if self.path.endswith(".tsv") else ","
-        return csv.DictReader(f, delimiter=delim)
+        with _text_errors(self.path), open(self.path, encoding="utf-8-sig", newline="") as f:
+            reader = csv.reader(f, delimiter=delim)
+            line = 1  # first physical line of the record the reader returns next
+            try:
+                header: list[str] | None = None
+                for fields in reader:
+                    start, line = line, reader.line_num + 1
+                    if not fields:
+                        continue  # a blank line
+                    if header is None:
+                        header = self._header(fields, start)
+                        continue
+                    if len(fields) != len(header):
+                        raise FormatError(
+                            f"line {start}: {len(fields)} fields, but the header has {len(header)}",
+                            self.path,
+                        )
+                    yield dict(zip(header, fields))
+            except csv.Error as exc:
+                raise FormatError(f"line {line}: not CSV ({exc})", self.path) from None
+
+    def _header(self, names: list[str], line: int) -> list[str]:
+        seen: set[str] = set()
+        for k, name in enumerate(names, 1):
+            if not name:
+                raise FormatError(f"line {line}: column {k} of the header has no name", self.path)
+            if name in seen:
+                raise FormatError(
+                    f"line {line}: column {name!r} appears twice in the header", self.path
+                )
+            seen.add(name)
+        return names
 
     def count(self) -> int:
-        with open(self.path, encoding="utf-8", newline="") as f:
-            return sum(1 for _ in self._reader(f))
+        return sum(1 for _ in self._records())
 
     def rows(self, start: int, stop: int) -> Iterator[dict[str, Any]]:
-        with open(self.path, encoding="utf-8", newline="") as f:
-            for i, row in enumerate(self._reader(f)):
-                if i >= stop:
-                    return
-                if i >= start:
-                    yield dict(row)
+        for i, row in enumerate(self._records()):
+            if i >= stop:
+                return
+            if i >= start:
+                yield row
 
 
 class ArrowBatches(Source):
@@ -200,7 +251,7 @@ class ParquetTableSource(ArrowBatches):
         pos = 0
         for f in self.table.files:
             for g, rg in enumerate(f.row_groups):
-                if pos + rg.rows > start and pos < stop:
+                if rg.rows and pos + rg.rows > start and pos < stop:  # no rows: skipped
                     todo.append((pos, f, g))
                 pos += rg.rows
         if not todo:

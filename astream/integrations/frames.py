@@ -12,10 +12,15 @@ column's ``ndarray:DTYPE`` encoding names, so an Arrow list of int32 becomes an 
 
 Nulls have no MDS representation: a null in a column is a ConfigError naming the column and
 the row, instead of a NaN silently stored as a number.
+
+:func:`drop_empty_output` clears a local output that a run wrote no sample into (before the
+engine writer raises EmptyDatasetError), so an empty run leaves no sub-datasets behind.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -23,7 +28,7 @@ import numpy as np
 
 from astream.errors import ConfigError
 
-__all__ = ["frame_samples"]
+__all__ = ["drop_empty_output", "frame_samples"]
 
 
 def _array_dtype(encoding: str) -> Any:
@@ -41,7 +46,9 @@ def _column(values: Any, name: str, encoding: str) -> list[Any]:
         if dtype is not None:
             return [np.asarray(v, dtype) for v in values.to_pylist()]
         return list(values.to_pylist())
-    if values.dtype.kind != "f" and values.hasnans:  # a float NaN may be a value, not a null
+    # a float NaN may be a value, not a null -- except in a column stored as integers, where it
+    # is how pandas shows a null of an integral Spark column
+    if values.hasnans and (values.dtype.kind != "f" or _integral(encoding)):
         _null(name, int(np.flatnonzero(values.isna().to_numpy())[0]))
     out: list[Any] = values.tolist()
     if dtype is not None:
@@ -50,12 +57,18 @@ def _column(values: Any, name: str, encoding: str) -> list[Any]:
     return out
 
 
+def _integral(encoding: str) -> bool:
+    return encoding.startswith(("int", "uint")) and ":" not in encoding
+
+
 def _null(name: str, row: int) -> None:
     raise ConfigError(f"column {name!r}: row {row} of the batch is null; MDS has no null value")
 
 
 def frame_samples(frame: Any, columns: Mapping[str, str]) -> Iterator[dict[str, Any]]:
     """The samples of one pandas DataFrame or Arrow table, restricted to ``columns``."""
+    if len(frame) == 0:
+        return  # an empty block (Ray gives one after a filter) may lack every column
     names = list(columns)
     present = set(frame.column_names if hasattr(frame, "column_names") else frame.columns)
     missing = [n for n in names if n not in present]
@@ -64,3 +77,21 @@ def frame_samples(frame: Any, columns: Mapping[str, str]) -> Iterator[dict[str, 
     cols = [_column(frame[n], n, columns[n]) for n in names]
     for values in zip(*cols):
         yield dict(zip(names, values))
+
+
+def drop_empty_output(out: Any) -> None:
+    """Delete what a run that wrote no sample left in its local output directory: the
+    writers' ``check_output`` emptied or created it when the run started, so all of it is
+    this run's (empty sub-datasets, hidden attempt directories). A remote output keeps its
+    empty sub-datasets' index files (the store protocol has no delete)."""
+    from astream.writer.output import split_out
+
+    local, _ = split_out(out)
+    if local is None or not os.path.isdir(local):
+        return
+    for entry in os.listdir(local):
+        path = os.path.join(local, entry)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)

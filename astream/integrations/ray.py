@@ -11,7 +11,10 @@ an atomic rename of an attempt-specific directory, remote output is uploaded whi
 writes, index.json last. A retried task (Ray retries a task whose worker died) has the same task
 index, so it replaces its own sub-dataset instead of adding one. ``on_write_complete`` (driver)
 merges the sub-datasets that the accepted write tasks returned, in task order, and deletes what
-killed attempts left; ``partition_counts`` then holds the samples per task.
+killed attempts left; ``partition_counts`` then holds the samples per task. A dataset with no
+rows (no write task, or tasks that wrote nothing) is an EmptyDatasetError there, as Spark's
+``dataframe_to_mds`` and ``astream convert`` raise for theirs; its empty local parts are
+removed and nothing is merged.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from typing import Any
 
 from ray.data import Datasink
 
-from astream.integrations.frames import frame_samples
+from astream.errors import EmptyDatasetError
+from astream.integrations.frames import drop_empty_output, frame_samples
 from astream.writer.parts import (
     PartResult,
     check_output,
@@ -69,6 +73,9 @@ class MDSDatasink(Datasink[PartResult]):  # type: ignore[misc]
 
     def on_write_complete(self, write_result: Any) -> None:
         results = [r for r in write_result.write_returns if r is not None]
+        if not any(r.samples for r in results):
+            drop_empty_output(self.out)
+            raise EmptyDatasetError("dataset is empty: no rows to write")
         self.partition_counts = finish_parts(self.out, results, self.merge_index)
 
     def get_name(self) -> str:
