@@ -26,12 +26,16 @@ from typing import Any
 
 from astream.cli.common import human_bytes, is_local, local_path, read_index
 from astream.cli.sources import Source, coercer, infer_columns, open_source, parse_columns
-from astream.errors import ConfigError
+from astream.errors import ConfigError, EmptyDatasetError
 
 __all__ = ["add_parser", "run"]
 
 _INFER_ROWS = 1000
 _REPORT_EVERY = 256
+# --workers: processes on this machine (local engine), or the cores of a local Spark / Ray
+# session. The largest single machines have 768 hardware threads; each worker is a Python
+# process of ~100 MB, so more than 1024 is a typo, not a plan.
+MAX_WORKERS = 1024
 _progress_q: Any = None
 
 
@@ -56,9 +60,16 @@ def add_parser(sub: Any) -> None:
         default="local",
         help="local processes (default), or a local Spark / Ray run (see docs/spark.md)",
     )
-    p.add_argument("--exist-ok", action="store_true", help="replace an existing local output")
+    p.add_argument(
+        "--exist-ok", action="store_true", help="replace an existing output (local or remote)"
+    )
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     p.set_defaults(func=run)
+
+
+def check_workers(workers: int) -> None:
+    if not 1 <= workers <= MAX_WORKERS:
+        raise ConfigError(f"--workers must be in 1..{MAX_WORKERS}, got {workers}")
 
 
 def _init_worker(q: Any) -> None:
@@ -119,6 +130,11 @@ def _columns(args: argparse.Namespace, src: Source) -> tuple[dict[str, str], int
 
 def _prepare_out(out: str, workers: int, exist_ok: bool) -> None:
     if not is_local(out):
+        from astream.writer.remote import check_remote_out
+
+        # refused unless --exist-ok; with it and several workers, emptied now (the parts and
+        # the merged index are written under it next); one writer replaces it itself
+        check_remote_out(out, exist_ok, replace=workers > 1)
         return
     path = local_path(out)
     if os.path.isdir(path) and os.listdir(path):
@@ -194,8 +210,7 @@ def _writer_opts(args: argparse.Namespace, exist_ok: bool) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    if args.workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    check_workers(args.workers)
     if getattr(args, "engine", "local") != "local":
         if getattr(args, "split", None):
             raise ConfigError(f"--split: only with --engine local, not --engine {args.engine}")
@@ -205,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     src = open_source(args.input, args.format, getattr(args, "split", None))
     total = src.count()
     if total == 0:
-        raise ConfigError(f"input: {src.path!r} has no rows")
+        raise EmptyDatasetError(f"input: {src.path!r} is empty: no rows to write")
     columns, inferred_from = _columns(args, src)
     workers = min(args.workers, total)
     args.workers = workers

@@ -23,6 +23,11 @@ bounds a cold footer index of many small files on one core; the direct GET costs
 GET does. The body streams (a body cut short resumes at the byte it stopped at; the SDK
 buffered 2 MiB GETs whole). A token credential, which the constructor never makes, would fall
 back to the SDK (``download_blob``).
+
+Conditional writes go through the SDK: ``put_if``/``put_file_if`` upload with
+``overwrite=False`` (``If-None-Match: *``; refused with 409 ``BlobAlreadyExists``) or with the
+ETag to replace (``If-Match``; refused with 412 ``ConditionNotMet``); a large file's condition
+rides on its ``Put Block List``. ``delete`` with ``expect`` sends ``If-Match``.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from astream.storage.common import (
     CHUNK_SIZE,
     POOL_SIZE,
     changed_error,
+    condition_failed,
     error_for_status,
     join_key,
     keep_inherited,
@@ -303,6 +309,56 @@ class AzureBackend:
                 )
         except self._ERRORS as exc:
             raise self._map(exc, key) from exc
+
+    @staticmethod
+    def _condition(expect: str | None) -> dict[str, Any]:
+        if expect is None:
+            return {"overwrite": False}  # If-None-Match: *
+        tag = expect if expect.startswith('"') else f'"{expect}"'  # a listing's are bare
+        return {"overwrite": True, "etag": tag, "match_condition": MatchConditions.IfNotModified}
+
+    def _refused(self, exc: BaseException, key: str, expect: str | None) -> StorageError | None:
+        if not isinstance(exc, HttpResponseError):
+            return None
+        code = str(getattr(exc, "error_code", "") or "")
+        if exc.status_code == 412 or code in ("BlobAlreadyExists", "ConditionNotMet"):
+            return condition_failed(self.url_for(key), expect)
+        if exc.status_code == 404 and expect is not None and code == "BlobNotFound":
+            return condition_failed(self.url_for(key), expect)  # If-Match on no blob
+        return None
+
+    async def put_if(self, key: str, data: bytes, expect: str | None) -> str:
+        blob = self._get().get_blob_client(self._key(key))
+        try:
+            r = await blob.upload_blob(
+                data, max_concurrency=self.put_concurrency, **self._condition(expect)
+            )
+        except self._ERRORS as exc:
+            raise (self._refused(exc, key, expect) or self._map(exc, key)) from exc
+        return str(r["etag"])
+
+    async def put_file_if(self, key: str, path: str, expect: str | None) -> str:
+        blob = self._get().get_blob_client(self._key(key))
+        size = os.path.getsize(path)
+        try:
+            with open(path, "rb") as f:
+                r = await blob.upload_blob(
+                    f, length=size, max_concurrency=self.put_concurrency, **self._condition(expect)
+                )
+        except self._ERRORS as exc:
+            raise (self._refused(exc, key, expect) or self._map(exc, key)) from exc
+        return str(r["etag"])
+
+    async def delete(self, key: str, expect: str | None) -> None:
+        blob = self._get().get_blob_client(self._key(key))
+        cond = self._condition(expect)
+        cond.pop("overwrite")
+        try:
+            await blob.delete_blob(**cond)
+        except self._ERRORS as exc:
+            if isinstance(exc, HttpResponseError) and exc.status_code == 404:
+                return  # already gone
+            raise (self._refused(exc, key, expect) or self._map(exc, key)) from exc
 
     async def aclose(self) -> None:
         self._direct = None

@@ -9,6 +9,15 @@ tree; retries, deadlines and truncated-body resumption are added once, for all b
 Byte ranges are half-open ``[start, end)``; ``end=None`` means "to the end of the object".
 A range that starts past the end of the object returns ``b""``; an ``end`` past the end is
 clipped.
+
+Conditional writes make a publication safe when several writers share a prefix. ``put_if``
+and ``put_file_if`` create an object only while no object has its key (``expect=None``: S3
+and Azure ``If-None-Match: *``, GCS ``ifGenerationMatch=0``), or replace it only while it is
+still the version ``expect`` (an identity that ``head``, ``list`` or an earlier ``put_if``
+gave: ``If-Match``, ``ifGenerationMatch=<generation>``), and return the new version. A refused
+condition is an :class:`~astream.errors.ObjectChangedError`, never retried; after a retried
+attempt (its answer lost), a refusal whose object now holds exactly the bytes being written is
+this write's own success. ``delete`` takes the same ``expect``.
 """
 
 from __future__ import annotations
@@ -76,6 +85,20 @@ class ObjectStore(Protocol):
 
     async def put_file(self, key: str, path: str) -> None:
         """Upload a local file, multipart/resumable when large."""
+        ...
+
+    async def put_if(self, key: str, data: bytes, *, expect: str | None = None) -> str:
+        """Create ``key`` only if absent (``expect=None``), or replace it only while it is the
+        version ``expect``; return the new version. Refused: ObjectChangedError."""
+        ...
+
+    async def put_file_if(self, key: str, path: str, *, expect: str | None = None) -> str:
+        """``put_if`` with a local file's bytes (multipart/resumable when large)."""
+        ...
+
+    async def delete(self, key: str, *, expect: str | None = None) -> None:
+        """Delete ``key`` (already absent: nothing to do); with ``expect``, only while it is
+        that version (else ObjectChangedError)."""
         ...
 
     async def aclose(self) -> None:

@@ -12,12 +12,24 @@ of truncated bodies, once, for everybody.
 A streamed body that stops before the length the server announced is a transient fault; the
 backend raises :class:`TransientStorageError` and the retry layer re-requests only the bytes it
 has not received yet.
+
+Conditional writes (``put_if``, ``put_file_if``, ``delete`` with ``expect``) map the service's
+refusal -- S3 412 ``PreconditionFailed``, GCS 412, Azure 409 ``BlobAlreadyExists`` or 412
+``ConditionNotMet`` -- onto :func:`condition_failed`, an
+:class:`~astream.errors.ObjectChangedError`: never retried.
+
+Local files: :func:`new_temp_file` creates a temporary file whose mode follows the process umask
+(``tempfile.mkstemp`` makes every file 0600), and :func:`disk_error` turns a full, over-quota or
+unwritable disk into an error that names the path and the bytes the write needed.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import posixpath
 import re
+import secrets
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -38,9 +50,12 @@ __all__ = [
     "RawBackend",
     "changed_error",
     "check_content_range",
+    "condition_failed",
+    "disk_error",
     "error_for_status",
     "join_key",
     "keep_inherited",
+    "new_temp_file",
     "range_header",
     "split_bucket",
     "total_size",
@@ -95,6 +110,18 @@ class RawBackend(Protocol):
 
     async def put_file(self, key: str, path: str) -> None: ...
 
+    async def put_if(self, key: str, data: bytes, expect: str | None) -> str:
+        """Create ``key`` only while absent (``expect=None``), or replace it only while it is
+        the version ``expect``; the new version. Refused: :func:`condition_failed`."""
+        ...
+
+    async def put_file_if(self, key: str, path: str, expect: str | None) -> str: ...
+
+    async def delete(self, key: str, expect: str | None) -> None:
+        """Delete ``key`` (already absent: done), only while it is the version ``expect``
+        when given."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -145,6 +172,16 @@ def changed_error(url: str, etag: str | None) -> ObjectChangedError:
     )
 
 
+def condition_failed(url: str, expect: str | None) -> ObjectChangedError:
+    """A conditional write or delete the service refused: the object is not in the state the
+    request was conditioned on (``expect=None``: absent)."""
+    if expect is None:
+        what = "it already exists (the write was conditioned on its absence)"
+    else:
+        what = f"it is no longer the version {expect} the write was conditioned on"
+    return ObjectChangedError(f"conditional write refused: {what}", url)
+
+
 def error_for_status(status: int, url: str, detail: str = "") -> StorageError:
     """The astream error for an HTTP status from any object store."""
     what = f"HTTP {status}" + (f" {detail}" if detail else "")
@@ -175,3 +212,42 @@ def check_content_range(value: str | None, rng: str, start: int, end: int | None
             url,
             retryable=False,
         )
+
+
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+_NO_WRITE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def disk_error(exc: OSError, path: str, need: int | None) -> StorageError | None:
+    """The error for a local write that failed for want of space or permission (None: another
+    failure). ``path`` is the file being written, ``need`` the bytes the write needed there.
+    A full or over-quota disk is a :class:`StorageError`, an unwritable place an
+    :class:`AccessDeniedError` (also a ``PermissionError``); both name the path and the bytes."""
+    if exc.errno not in _NO_SPACE | _NO_WRITE:
+        return None
+    needed = "" if need is None else f" ({need} bytes needed"
+    if needed and exc.errno in _NO_SPACE:
+        try:
+            st = os.statvfs(os.path.dirname(path) or ".")
+            needed += f", {st.f_bavail * st.f_frsize} bytes free there"
+        except OSError:
+            pass
+    needed += ")" if needed else ""
+    what = os.strerror(exc.errno or 0).lower()
+    if exc.errno in _NO_SPACE:
+        return StorageError(f"cannot write {path}: {what}{needed}", path, retryable=False)
+    return AccessDeniedError(f"cannot write {path}: {what}{needed}", path)
+
+
+def new_temp_file(dirname: str, prefix: str, suffix: str = "") -> tuple[int, str]:
+    """Create a new, empty file in ``dirname`` for writing, named ``prefix + random + suffix``:
+    (its descriptor, its path). Unlike ``tempfile.mkstemp`` (always 0600) the mode is 0666 less
+    the process umask, so the file keeps that mode once renamed into place."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_BINARY", 0)
+    while True:
+        path = os.path.join(dirname, f"{prefix}{secrets.token_hex(6)}{suffix}")
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileExistsError:
+            continue

@@ -180,6 +180,15 @@ class HttpBackend:
     async def put_file(self, key: str, path: str) -> None:
         raise StorageError("HTTP stores are read-only", self.url_for(key))
 
+    async def put_if(self, key: str, data: bytes, expect: str | None) -> str:
+        raise StorageError("HTTP stores are read-only", self.url_for(key))
+
+    async def put_file_if(self, key: str, path: str, expect: str | None) -> str:
+        raise StorageError("HTTP stores are read-only", self.url_for(key))
+
+    async def delete(self, key: str, expect: str | None) -> None:
+        raise StorageError("HTTP stores are read-only", self.url_for(key))
+
     async def aclose(self) -> None:
         await self._pool.aclose()
 

@@ -6,22 +6,38 @@ Blocking file calls run in the default thread pool (``asyncio.to_thread``) so th
 waits on a disk. Keys map to paths under the root directory; ``..`` and absolute keys are refused.
 ``copy_to_file`` uses the kernel's copy (``shutil.copyfile``: ``sendfile``/``copy_file_range``
 where available), so a whole-file "download" is zero-copy. Writes go to a temporary name in the
-same directory and are renamed into place, so a reader never sees half a file. Listing walks the
-tree once and returns every match in one page, sorted by key.
+same directory and are renamed into place, so a reader never sees half a file; files and
+directories get the modes the process umask gives (0644/0755 under umask 022). A full,
+over-quota or unwritable disk is an error naming the path and the bytes the write needed
+(:func:`~astream.storage.common.disk_error`). Listing walks the tree once and returns every
+match in one page, sorted by key.
+
+Conditional writes: creating only while absent publishes the temporary file with a hard link,
+which the kernel refuses atomically when the name exists (a file system without hard links
+falls back to a check, then a rename). Replacing or deleting only while a file is the version
+``expect`` (its mtime and size) checks, then renames or unlinks: not atomic against another
+process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shutil
-import tempfile
 from collections.abc import AsyncIterator
 from urllib.parse import unquote, urlparse
 
 from astream.errors import AccessDeniedError, ObjectNotFoundError, StorageError
 from astream.storage.base import ObjectInfo, Seen
-from astream.storage.common import CHUNK_SIZE, changed_error, join_key
+from astream.storage.common import (
+    CHUNK_SIZE,
+    changed_error,
+    condition_failed,
+    disk_error,
+    join_key,
+    new_temp_file,
+)
 
 __all__ = ["LocalBackend", "root_from_url"]
 
@@ -55,8 +71,11 @@ class LocalBackend:
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *join_key("", key).split("/"))
 
-    def _map(self, exc: OSError, key: str) -> StorageError:
+    def _map(self, exc: OSError, key: str, need: int | None = None) -> StorageError:
         path = self._path(key)
+        full = disk_error(exc, path, need) if need is not None else None
+        if full is not None:
+            return full
         if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
             return ObjectNotFoundError(f"no such file ({exc.strerror})", path)
         if isinstance(exc, PermissionError):
@@ -159,33 +178,109 @@ class LocalBackend:
     ) -> tuple[list[ObjectInfo], str | None]:
         return await asyncio.to_thread(self._walk, prefix), None
 
-    def _write(self, key: str, data: bytes | None, src: str | None) -> None:
+    def _temp(self, key: str, data: bytes | None, src: str | None) -> tuple[str, str]:
+        """The bytes in a new temporary file next to ``key``'s path: (path, temp path)."""
         path = self._path(key)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".astream-tmp.")
+        fd, tmp = new_temp_file(os.path.dirname(path), ".astream-tmp.")
         try:
             with os.fdopen(fd, "wb") as f:
                 if data is not None:
                     f.write(data)
             if src is not None:
                 shutil.copyfile(src, tmp)
+        except BaseException:
+            _unlink(tmp)
+            raise
+        return path, tmp
+
+    def _write(self, key: str, data: bytes | None, src: str | None) -> None:
+        path, tmp = self._temp(key, data, src)
+        try:
             os.replace(tmp, path)
         except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            _unlink(tmp)
             raise
+
+    def _write_if(self, key: str, data: bytes | None, src: str | None, expect: str | None) -> str:
+        path, tmp = self._temp(key, data, src)
+        try:
+            if expect is None:
+                try:
+                    os.link(tmp, path)  # refused atomically when ``path`` exists
+                except FileExistsError:
+                    raise condition_failed(path, None) from None
+                except OSError as exc:
+                    if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                        raise
+                    if os.path.lexists(path):  # no hard links here: check, then rename
+                        raise condition_failed(path, None) from None
+                    os.replace(tmp, path)
+            else:
+                try:
+                    now = _tag(os.stat(path))
+                except FileNotFoundError:
+                    raise condition_failed(path, expect) from None
+                if now != expect:
+                    raise condition_failed(path, expect)
+                os.replace(tmp, path)
+            return _tag(os.stat(path))
+        finally:
+            _unlink(tmp)
+
+    def _need(self, data: bytes | None, src: str | None) -> int | None:
+        if data is not None:
+            return len(data)
+        try:
+            return os.path.getsize(src) if src is not None else None
+        except OSError:
+            return None
 
     async def put(self, key: str, data: bytes) -> None:
         try:
             await asyncio.to_thread(self._write, key, data, None)
         except OSError as exc:
-            raise self._map(exc, key) from exc
+            raise self._map(exc, key, len(data)) from exc
 
     async def put_file(self, key: str, path: str) -> None:
         try:
             await asyncio.to_thread(self._write, key, None, path)
         except OSError as exc:
+            raise self._map(exc, key, self._need(None, path)) from exc
+
+    async def put_if(self, key: str, data: bytes, expect: str | None) -> str:
+        try:
+            return await asyncio.to_thread(self._write_if, key, data, None, expect)
+        except OSError as exc:
+            raise self._map(exc, key, len(data)) from exc
+
+    async def put_file_if(self, key: str, path: str, expect: str | None) -> str:
+        try:
+            return await asyncio.to_thread(self._write_if, key, None, path, expect)
+        except OSError as exc:
+            raise self._map(exc, key, self._need(None, path)) from exc
+
+    def _delete(self, key: str, expect: str | None) -> None:
+        path = self._path(key)
+        try:
+            if expect is not None and _tag(os.stat(path)) != expect:
+                raise condition_failed(path, expect)
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+
+    async def delete(self, key: str, expect: str | None) -> None:
+        try:
+            await asyncio.to_thread(self._delete, key, expect)
+        except OSError as exc:
             raise self._map(exc, key) from exc
 
     async def aclose(self) -> None:
         return None
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

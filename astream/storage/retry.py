@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -37,6 +38,7 @@ from typing import TypeVar
 
 from astream.errors import (
     ConfigError,
+    ObjectChangedError,
     StorageError,
     StorageTimeoutError,
     ThrottledError,
@@ -337,6 +339,62 @@ class RetryingStore:
             raise ConfigError(f"put_file({key!r}): {path!r} is not a file")
         await self._call(key, lambda: self.raw.put_file(key, path))
 
+    async def put_if(self, key: str, data: bytes, *, expect: str | None = None) -> str:
+        return await self._put_if(
+            key, lambda: self.raw.put_if(key, data, expect), len(data), lambda: _digest(data)
+        )
+
+    async def put_file_if(self, key: str, path: str, *, expect: str | None = None) -> str:
+        if not os.path.isfile(path):
+            raise ConfigError(f"put_file_if({key!r}): {path!r} is not a file")
+        size = os.path.getsize(path)
+        return await self._put_if(
+            key,
+            lambda: self.raw.put_file_if(key, path, expect),
+            size,
+            lambda: _file_digest(path),
+        )
+
+    async def _put_if(
+        self,
+        key: str,
+        op: Callable[[], Awaitable[str]],
+        size: int,
+        digest: Callable[[], bytes],
+    ) -> str:
+        """A conditional write with retries. A refusal after a transient failure may be this
+        write's own earlier attempt, which succeeded but whose answer was lost: when the object
+        now holds exactly these bytes, that is the success (its version is returned)."""
+        budget = _Budget(self.policy, self.raw, key)
+        while True:
+            timeout = budget.request_timeout()
+            try:
+                async with asyncio.timeout(timeout):
+                    return await op()
+            except ObjectChangedError:
+                if budget.failures:
+                    mine = await self._holds(key, size, digest)
+                    if mine is not None:
+                        return mine
+                raise
+            except (TransientStorageError, TimeoutError) as exc:
+                err = budget.fault(exc, timeout)
+                await budget.failed(err, self._rng)
+                self.retries += 1
+                self.causes[retry_cause(err)] += 1
+
+    async def _holds(self, key: str, size: int, digest: Callable[[], bytes]) -> str | None:
+        """The version of ``key`` when it holds exactly ``size`` bytes of that digest."""
+        info = await self.head(key)
+        if info.size != size or info.etag is None:
+            return None
+        h = hashlib.sha256()
+        await self._stream(key, 0, None, h.update, info.etag)
+        return info.etag if h.digest() == digest() else None
+
+    async def delete(self, key: str, *, expect: str | None = None) -> None:
+        await self._call(key, lambda: self.raw.delete(key, expect))
+
     async def aclose(self) -> None:
         await self.raw.aclose()
 
@@ -345,3 +403,15 @@ class RetryingStore:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def _file_digest(path: str) -> bytes:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.digest()

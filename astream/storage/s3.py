@@ -12,12 +12,13 @@ s to import, ~0.07 s to make a client in every process (the parent and each Data
 and ~1.45 ms of CPU per request (its event hooks, models, response parsing;
 ``benchmarks/bench_request_cpu.py``); a direct GET costs less than an aiohttp GET does.
 Everything else goes through the SDK (:mod:`astream.storage.s3sdk`, imported at first use):
-writes, and every request of a store whose credentials or settings only the SDK resolves -- a
-profile or an AWS config file (``AWS_PROFILE``, ``~/.aws/config``), SSO, a web identity,
-instance metadata, FIPS or dual-stack endpoints, ``AWS_ENDPOINT_URL_S3``, an HTTP proxy. A CA
-bundle in ``AWS_CA_BUNDLE`` verifies an https endpoint here as it does in the SDK.
-``direct=False`` sends every request through the SDK; ``direct=True`` refuses a configuration
-that cannot be signed here instead of falling back.
+writes (conditional ones and deletes included), and every request of a store whose
+credentials or settings only the SDK resolves -- a profile or an AWS config file
+(``AWS_PROFILE``, ``~/.aws/config``), SSO, a web identity, instance metadata, FIPS or
+dual-stack endpoints, ``AWS_ENDPOINT_URL_S3``, an HTTP proxy. A CA bundle in
+``AWS_CA_BUNDLE`` verifies an https endpoint here as it does in the SDK. ``direct=False``
+sends every request through the SDK; ``direct=True`` refuses a configuration that cannot be
+signed here instead of falling back.
 
 Addressing is the SDK's: with ``endpoint_url`` (else ``S3_ENDPOINT_URL`` or
 ``AWS_ENDPOINT_URL``) path-style (``endpoint/bucket/key``); on AWS, virtual-hosted
@@ -527,6 +528,15 @@ class S3Backend:
 
     async def put_file(self, key: str, path: str) -> None:
         await self._sdk().put_file(key, path)
+
+    async def put_if(self, key: str, data: bytes, expect: str | None) -> str:
+        return await self._sdk().put_if(key, data, expect)
+
+    async def put_file_if(self, key: str, path: str, expect: str | None) -> str:
+        return await self._sdk().put_file_if(key, path, expect)
+
+    async def delete(self, key: str, expect: str | None) -> None:
+        await self._sdk().delete(key, expect)
 
     async def aclose(self) -> None:
         sdk, self._sdk_s3 = self._sdk_s3, None

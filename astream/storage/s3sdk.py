@@ -21,6 +21,14 @@ read (range past the end), ``SlowDown``/429/503 -> throttled, other 5xx, connect
 a streamed body shorter than its Content-Length (``IncompleteReadError``) -> transient.
 ``put_file`` above ``multipart_threshold`` uploads ``part_size`` parts concurrently and aborts
 the upload on failure so no orphan parts are left.
+
+Conditional writes: ``put_if``/``put_file_if`` send ``If-None-Match: *`` (create only) or
+``If-Match: <ETag>`` on the PUT, or on the ``CompleteMultipartUpload`` of a large file; 412
+``PreconditionFailed`` (and a 404 for ``If-Match`` on an absent key) is
+:func:`~astream.storage.common.condition_failed`; 409 ``ConditionalRequestConflict`` (another
+conditional write of the key in flight) is transient, as S3 asks. ``delete`` with ``expect``
+sends ``If-Match`` (S3 general purpose buckets take it); a server that answers 501 to it is
+sent a plain delete.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from astream.storage.common import (
     CHUNK_SIZE,
     POOL_SIZE,
     changed_error,
+    condition_failed,
     keep_inherited,
     range_header,
     total_size,
@@ -368,9 +377,74 @@ class SdkS3:
                 data = f.read()
             await self.put(key, data)
             return
-        await self._multipart(key, path, size)
+        await self._multipart(key, path, size, {})
 
-    async def _multipart(self, key: str, path: str, size: int) -> None:
+    @staticmethod
+    def _condition(expect: str | None) -> dict[str, str]:
+        return {"IfNoneMatch": "*"} if expect is None else {"IfMatch": expect}
+
+    def _map_conditional(self, exc: Exception, key: str, expect: str | None) -> StorageError:
+        """A conditional request's failure: a refused condition, else as :meth:`_map`."""
+        if isinstance(exc, botocore.exceptions.ClientError):
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            meta = exc.response.get("ResponseMetadata", {})
+            status = int(meta.get("HTTPStatusCode", 0) or 0)
+            if code in ("PreconditionFailed", "412") or status == 412:
+                return condition_failed(self.url_for(key), expect)
+            if expect is not None and (code in ("NoSuchKey", "404") or status == 404):
+                return condition_failed(self.url_for(key), expect)  # If-Match on no object
+            if code == "ConditionalRequestConflict" or status == 409:
+                return TransientStorageError(
+                    f"server error (HTTP 409 {code}: a concurrent conditional write)",
+                    self.url_for(key),
+                )
+        return self._map(exc, key)
+
+    async def put_if(self, key: str, data: bytes, expect: str | None) -> str:
+        client = await self._get_client()
+        try:
+            r = await client.put_object(
+                Bucket=self._s.bucket, Key=self._key(key), Body=data, **self._condition(expect)
+            )
+        except self._TRANSIENT as exc:
+            raise self._map_conditional(exc, key, expect) from exc
+        return str(r["ETag"])
+
+    async def put_file_if(self, key: str, path: str, expect: str | None) -> str:
+        size = os.path.getsize(path)
+        if size <= self._s.multipart_threshold:
+            with open(path, "rb") as f:
+                data = f.read()
+            return await self.put_if(key, data, expect)
+        return await self._multipart(key, path, size, self._condition(expect), expect)
+
+    async def delete(self, key: str, expect: str | None) -> None:
+        client = await self._get_client()
+        kwargs: dict[str, Any] = {"Bucket": self._s.bucket, "Key": self._key(key)}
+        if expect is not None:
+            kwargs["IfMatch"] = expect
+        try:
+            await client.delete_object(**kwargs)
+        except botocore.exceptions.ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+            if code in ("NoSuchKey", "404") or status == 404:
+                return  # already gone
+            if expect is not None and (code == "NotImplemented" or status == 501):
+                await self.delete(key, None)  # a server without conditional deletes
+                return
+            raise self._map_conditional(exc, key, expect) from exc
+        except self._TRANSIENT as exc:
+            raise self._map(exc, key) from exc
+
+    async def _multipart(
+        self,
+        key: str,
+        path: str,
+        size: int,
+        condition: dict[str, str],
+        expect: str | None = None,
+    ) -> str:
         client = await self._get_client()
         full = self._key(key)
         try:
@@ -392,11 +466,12 @@ class SdkS3:
             parts = await asyncio.gather(
                 *(part(i + 1, off) for i, off in enumerate(range(0, size, self._s.part_size)))
             )
-            await client.complete_multipart_upload(
+            done = await client.complete_multipart_upload(
                 Bucket=self._s.bucket,
                 Key=full,
                 UploadId=upload_id,
                 MultipartUpload={"Parts": parts},
+                **condition,
             )
         except BaseException as exc:
             with contextlib.suppress(Exception):
@@ -404,8 +479,11 @@ class SdkS3:
                     Bucket=self._s.bucket, Key=full, UploadId=upload_id
                 )
             if isinstance(exc, self._TRANSIENT):
+                if condition:
+                    raise self._map_conditional(exc, key, expect) from exc
                 raise self._map(exc, key) from exc
             raise
+        return str(done.get("ETag", ""))
 
     async def aclose(self) -> None:
         stack, self._stack, self._client = self._stack, None, None

@@ -9,7 +9,12 @@ bytes, compressed and hashed) would hold the loop for tens of milliseconds, so t
 will close a shard runs in a worker thread (``asyncio.to_thread``) -- a write is predicted to
 close a shard when the pending bytes plus the largest sample seen so far reach the limit.
 
-Each finished file becomes an upload task on the caller's loop (``store.put_file``), at most
+The remote prefix is checked as ``MDSWriter`` checks it (refused when not empty unless
+``exist_ok=True``, which replaces it; every upload a conditional write: see
+``writer/publish.py``), by a task started in the constructor: its error is raised by
+``async with``, the first ``write`` or ``aclose``.
+
+Each finished file becomes an upload task on the caller's loop (``put_file_if``), at most
 ``max_concurrency`` at a time; ``write`` waits (awaits, never blocks) while that many are
 running, so a fast producer cannot pile up finished shards on disk. The first upload error is
 raised by the next ``write`` or by ``aclose``. ``aclose`` writes the last shard and the index,
@@ -27,10 +32,11 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from astream.errors import ConfigError
+from astream.errors import ConfigError, ObjectChangedError, StorageError
 from astream.storage import RetryPolicy, open_store
 from astream.writer.mds import MDSWriter
 from astream.writer.output import split_out
+from astream.writer.publish import INDEX, Publication
 
 __all__ = ["AsyncMDSWriter"]
 
@@ -46,21 +52,35 @@ class _LoopSink:
         max_concurrency: int,
         retry: RetryPolicy | None,
         options: dict[str, Any],
+        exist_ok: bool,
     ) -> None:
         self.loop = loop
         self.remote = remote
         self.keep_local = keep_local
         self.store = open_store(remote, retry=retry, **options)
+        self.publication = Publication(self.store, exist_ok)
         self.max = max_concurrency
         self.sem = asyncio.Semaphore(max_concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
         self.error: BaseException | None = None
         self.index_path: str | None = None
         self.uploaded: list[str] = []
+        self.ready = loop.create_task(self._prepare())
+        self.ready.add_done_callback(self._done)
+
+    async def _prepare(self) -> None:
+        """Check (or claim) the prefix; as in ``RemoteSink.prepare``, a storage error other
+        than a refusal or a lost race is left to the uploads, which wait for this check."""
+        try:
+            await self.publication.open()
+        except (ConfigError, ObjectChangedError):
+            raise
+        except StorageError:
+            pass
 
     async def _upload(self, path: str, key: str) -> None:
         async with self.sem:
-            await self.store.put_file(key, path)
+            await self.publication.put_shard(key, path)
         self.uploaded.append(key)
         if not self.keep_local:
             os.unlink(path)
@@ -71,7 +91,7 @@ class _LoopSink:
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
-        self.tasks.discard(task)
+        self.tasks.discard(task)  # (``ready`` is in no set)
         if not task.cancelled() and task.exception() is not None and self.error is None:
             self.error = task.exception()
 
@@ -122,25 +142,40 @@ class AsyncMDSWriter:
         loop = asyncio.get_running_loop()  # uploads belong to this loop
         local, remote = split_out(out)
         self._tmp = None
+        local_ok = exist_ok
         if remote is not None and local is None:
             self._tmp = local = tempfile.mkdtemp(prefix="astream-awriter-")
-            exist_ok = True
+            local_ok = True
         self._sink: _LoopSink | None = None
         if remote is not None:
             self._sink = _LoopSink(
-                loop, remote, keep_local, max_concurrency, retry, dict(storage_options or {})
+                loop,
+                remote,
+                keep_local,
+                max_concurrency,
+                retry,
+                dict(storage_options or {}),
+                exist_ok,
             )
         sink = self._sink
-        self._writer = MDSWriter(
-            columns=columns,
-            out=local if remote is None else (local, remote),
-            compression=compression,
-            hashes=hashes,
-            size_limit=size_limit,
-            keep_local=True,  # the sink deletes each file once it is uploaded
-            exist_ok=exist_ok,
-            sink_factory=None if sink is None else (lambda r, lo, k: sink),
-        )
+        try:
+            self._writer = MDSWriter(
+                columns=columns,
+                out=local if remote is None else (local, remote),
+                compression=compression,
+                hashes=hashes,
+                size_limit=size_limit,
+                keep_local=True,  # the sink deletes each file once it is uploaded
+                exist_ok=local_ok,
+                sink_factory=None if sink is None else (lambda r, lo, k: sink),
+            )
+        except BaseException:
+            if sink is not None:
+                sink.ready.cancel()
+                sink.publication.abort()
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+            raise
         self._max_sample = 0
         self._closed = False
         self.local = local
@@ -162,6 +197,8 @@ class AsyncMDSWriter:
         w = self._writer
         sink = self._sink
         if sink is not None:
+            if not sink.ready.done():
+                await asyncio.shield(sink.ready)
             sink.check()
             while len(sink.tasks) > sink.max:  # more finished files than upload slots
                 await asyncio.wait(set(sink.tasks), return_when=asyncio.FIRST_COMPLETED)
@@ -191,10 +228,11 @@ class AsyncMDSWriter:
             await asyncio.sleep(0)  # the last shard's upload task is created by now
             while sink.tasks:
                 await asyncio.wait(set(sink.tasks))
+            await asyncio.shield(sink.ready)
             sink.check()
             assert sink.index_path is not None
-            await sink.store.put_file("index.json", sink.index_path)
-            sink.uploaded.append("index.json")
+            await sink.publication.publish(sink.index_path)
+            sink.uploaded.append(INDEX)
             if not sink.keep_local:
                 os.unlink(sink.index_path)
         finally:
@@ -203,15 +241,23 @@ class AsyncMDSWriter:
     async def _release(self) -> None:
         sink = self._sink
         if sink is not None:
-            for t in list(sink.tasks):
+            for t in [*sink.tasks, sink.ready]:
                 t.cancel()
-            if sink.tasks:
-                await asyncio.gather(*sink.tasks, return_exceptions=True)
+            sink.publication.abort()
+            await asyncio.gather(*sink.tasks, sink.ready, return_exceptions=True)
             await sink.store.aclose()
         if self._tmp is not None and not (sink is not None and sink.keep_local):
             shutil.rmtree(self._tmp, ignore_errors=True)
 
     async def __aenter__(self) -> AsyncMDSWriter:
+        if self._sink is not None:
+            try:
+                await asyncio.shield(self._sink.ready)
+            except BaseException:
+                self._closed = True
+                self._writer._close()
+                await self._release()
+                raise
         return self
 
     async def __aexit__(

@@ -10,10 +10,15 @@ of its own instead of following a 0-sample shard).
 Flushing builds the shard, hashes the raw bytes, compresses and hashes again, and writes only
 the file that belongs in storage (the compressed one when compressing), atomically: bytes go to
 a hidden temp name in the same directory and are renamed into place, so a crash never leaves a
-complete-looking file. The finished file is then handed to the sink (see ``writer/sink.py``):
-``LocalSink`` for a local ``out``; for a remote ``out`` the storage layer's sink, which uploads
-concurrently while writing goes on. ``finish`` flushes, writes index.json (same atomic rename)
-and lets the sink ship it last.
+complete-looking file (files get the umask's mode; a full disk is an error naming the file and
+the bytes it needed: ``writer/output.py``). The finished file is then handed to the sink (see
+``writer/sink.py``): ``LocalSink`` for a local ``out``; for a remote ``out`` the storage
+layer's sink, which uploads concurrently while writing goes on. ``finish`` flushes, writes
+index.json (same atomic rename) and lets the sink ship it last.
+
+``exist_ok`` rules a remote ``out`` as it rules a local one: a non-empty prefix is refused
+without it, replaced with it, and every upload is a conditional write, so that two writers on
+one prefix never publish a mix (``writer/publish.py``); the check runs in the constructor.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from astream.core.index import INDEX_BASENAME, FileInfo, Index, ShardEntry, dump
 from astream.core.shard import SampleEncoder, build_shard
 from astream.core.sizes import parse_size
 from astream.errors import ConfigError, OutputExistsError
-from astream.writer.output import split_out, write_atomic
+from astream.writer.output import make_dirs, split_out, write_atomic
 from astream.writer.sink import LocalSink, ShardSink
 
 __all__ = ["MDSWriter", "ShardWriter"]
@@ -96,23 +101,21 @@ class ShardWriter:
             )
         if not isinstance(progress_bar, bool):
             raise ConfigError(f"progress_bar must be True or False, got {progress_bar!r}")
+        if retry is not None:
+            _retry_policy(retry)  # checked for a local output too, where it is unused
         self.keep_local = keep_local
         local, remote = split_out(out)
         self.remote = remote
         self._own_tmp = local is None
         self.local = local if local is not None else tempfile.mkdtemp(prefix="astream-writer-")
-        self._prepare_dir(self.local, exist_ok)
-        if remote is None:
-            self._sink: ShardSink = LocalSink()
-        elif sink_factory is not None:
-            self._sink = sink_factory(remote, self.local, keep_local)
-        else:
-            extra: dict[str, Any] = {}
-            if max_workers is not None:
-                extra["max_concurrency"] = max_workers
-            if retry is not None:
-                extra["retry"] = _retry_policy(retry)
-            self._sink = _remote_sink(remote, self.local, keep_local, extra)
+        self._sink_factory = sink_factory
+        try:
+            self._prepare_dir(self.local, exist_ok)
+            self._sink = self._make_sink(remote, keep_local, exist_ok, max_workers, retry)
+        except BaseException:
+            if self._own_tmp:
+                shutil.rmtree(self.local, ignore_errors=True)
+            raise
         self._shards: list[ShardEntry] = []
         self._pending: list[bytes] = []
         self._closed = False
@@ -121,6 +124,35 @@ class ShardWriter:
             from tqdm import tqdm
 
             self._bar = tqdm(desc=f"{type(self).__name__} {out}", unit=" samples")
+
+    def _make_sink(
+        self,
+        remote: str | None,
+        keep_local: bool,
+        exist_ok: bool,
+        max_workers: int | None,
+        retry: Any,
+    ) -> ShardSink:
+        """The sink for ``out``; a remote one is prepared (its prefix checked) now."""
+        if remote is None:
+            return LocalSink()
+        if self._sink_factory is not None:
+            sink = self._sink_factory(remote, self.local, keep_local)
+        else:
+            extra: dict[str, Any] = {"exist_ok": exist_ok}
+            if max_workers is not None:
+                extra["max_concurrency"] = max_workers
+            if retry is not None:
+                extra["retry"] = _retry_policy(retry)
+            sink = _remote_sink(remote, self.local, keep_local, extra)
+        prepare = getattr(sink, "prepare", None)
+        if prepare is not None:
+            try:
+                prepare()
+            except BaseException:
+                sink.close()
+                raise
+        return sink
 
     @staticmethod
     def _prepare_dir(local: str, exist_ok: bool) -> None:
@@ -132,7 +164,7 @@ class ShardWriter:
             shutil.rmtree(local)
         elif os.path.exists(local) and not os.path.isdir(local):
             raise ConfigError(f"out: {local!r} exists and is not a directory")
-        os.makedirs(local, exist_ok=True)
+        make_dirs(local)
 
     def get_config(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -212,8 +244,9 @@ def _retry_policy(retry: Any) -> Any:
 
     if isinstance(retry, RetryPolicy):
         return retry
-    if isinstance(retry, bool) or not isinstance(retry, int) or retry < 0:
-        raise ConfigError(f"retry must be an int >= 0 or a RetryPolicy, got {retry!r}")
+    # the bound of download_retry: past 100 tries a store is down, not flaky
+    if isinstance(retry, bool) or not isinstance(retry, int) or not 0 <= retry <= 100:
+        raise ConfigError(f"retry must be an int in 0..100 or a RetryPolicy, got {retry!r}")
     return RetryPolicy(attempts=retry + 1)
 
 
@@ -223,7 +256,8 @@ class MDSWriter(ShardWriter):
     ``columns``: name -> encoding. ``out``: local dir, remote URL, or (local, remote).
     ``compression``: ``None`` or ``name[:level]``. ``hashes``: algorithm names.
     ``size_limit``: bytes or a size string (``"64mb"``); ``None``/0 = one shard.
-    ``exist_ok``: a non-empty local dir is an error unless True, which empties it first.
+    ``exist_ok``: a non-empty local dir or remote prefix is an error unless True, which
+    replaces it (``writer/publish.py``).
     ``sink_factory(remote, local, keep_local)`` overrides the remote upload sink.
     """
 

@@ -17,18 +17,19 @@ Publishing one partition (:func:`write_part`) is where retries are made harmless
   directory is always one whole attempt. A killed attempt leaves only its hidden directory,
   which :func:`finish_parts` deletes.
 - **Object-store output.** There is no rename, so an attempt uploads under ``out/00007/``
-  directly and ``index.json`` goes last (the writer's sink contract): a retry re-uploads every
-  shard under the same keys (each PUT replaces an object whole) and then its own index.json,
-  which names only its own shards. The index is the publication.
+  directly and ``index.json`` goes last (the writer's sink contract). The writer runs with
+  ``exist_ok=True`` (``writer/publish.py``): a retry finding an earlier attempt's objects
+  there first replaces its index by an empty one, deletes the rest, then uploads its shards
+  and its own index.json, which names only its own shards. The index is the publication.
 
 Either way the merged index names each partition's shards once, from the attempt whose result
-the engine accepted, so no sample is duplicated. Remote caveat, documented in docs/spark.md: a
-failed attempt that wrote *more* shards than the successful one leaves unlisted objects (the
-store protocol has no delete), and two attempts racing on the same partition (speculation) must
-see the same rows, as Spark's own recomputation already assumes.
+the engine accepted, so no sample is duplicated. Remote caveat: two attempts racing on the
+same partition (speculation) make at least one of them fail (every upload is a conditional
+write), and the engine's retry or the other attempt publishes the partition.
 
 A rerun into a non-empty output is refused (:func:`check_output`) unless the caller passes
-``exist_ok=True``, which empties a local output first (a remote one is overwritten key by key).
+``exist_ok=True``, which empties a local output first (a remote one is replaced partition by
+partition as each is written).
 """
 
 from __future__ import annotations

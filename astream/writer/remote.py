@@ -2,15 +2,19 @@
 
 Theory of operation
 -------------------
-``shard_done(path, key)`` schedules ``store.put_file(key, path)`` on astream's loop thread
+``prepare()`` (the writer calls it from its constructor) lists the remote prefix and refuses it
+when not empty, or claims and empties it with ``exist_ok=True`` (:mod:`astream.writer.publish`);
+an upload waits for it when nobody called it. ``shard_done(path, key)`` schedules
+``store.put_file_if(key, path)`` (created only if absent) on astream's loop thread
 (:func:`astream.bridge.submit`) and returns at once; at most ``max_concurrency`` uploads
 run together (a semaphore on the loop), the rest wait their turn there, never in the writer. A
 done-callback records the *first* failure; ``shard_done`` and ``check`` re-raise it (the original
 exception object), so an upload error surfaces at the writer's next ``write``. ``finish`` waits for
-every pending upload, re-raises the first error if any, and only then uploads ``index.json``: a
-reader never sees an index that names a missing shard. With ``keep_local=False`` each local file
-is deleted right after its own upload succeeded. ``close`` cancels what is still pending and
-closes the store on the loop.
+every pending upload, re-raises the first error if any, and only then uploads ``index.json``
+(conditionally: see :class:`~astream.writer.publish.Publication`): a reader never sees an index
+that names a missing shard, nor one naming another writer's shards. With ``keep_local=False``
+each local file is deleted right after its own upload succeeded. ``close`` cancels what is
+still pending and closes the store on the loop.
 
 :class:`RemoteIndexLocator` lets ``merge_index`` read sub-indexes from, and write the merged
 index to, any store URL; :mod:`astream.writer.merge` imports it on its first remote URL. This
@@ -26,11 +30,18 @@ import threading
 from typing import Any
 
 from astream import bridge
-from astream.errors import ConfigError, ObjectNotFoundError
+from astream.errors import (
+    ConfigError,
+    ObjectChangedError,
+    ObjectNotFoundError,
+    OutputExistsError,
+    StorageError,
+)
 from astream.storage.registry import open_store
 from astream.storage.retry import RetryPolicy
+from astream.writer.publish import Publication
 
-__all__ = ["RemoteIndexLocator", "RemoteSink", "make_sink"]
+__all__ = ["RemoteIndexLocator", "RemoteSink", "check_remote_out", "make_sink"]
 
 INDEX = "index.json"
 
@@ -47,6 +58,7 @@ class RemoteSink:
         retry: RetryPolicy | None = None,
         max_concurrency: int = 8,
         store_options: dict[str, Any] | None = None,
+        exist_ok: bool = False,
     ) -> None:
         if max_concurrency < 1:
             raise ConfigError(f"max_concurrency must be >= 1, got {max_concurrency}")
@@ -54,6 +66,7 @@ class RemoteSink:
         self.local_dir = local_dir
         self.remove_local = not keep_local
         self.store = open_store(remote_url, retry=retry, **(store_options or {}))
+        self.publication = Publication(self.store, exist_ok)
         self._max = max_concurrency
         self._sem: asyncio.Semaphore | None = None
         self._pending: set[concurrent.futures.Future[None]] = set()
@@ -66,7 +79,7 @@ class RemoteSink:
         if self._sem is None:
             self._sem = asyncio.Semaphore(self._max)
         async with self._sem:
-            await self.store.put_file(key, path)
+            await self.publication.put_shard(key, path)
         with self._lock:
             self.uploaded.append(key)
         if self.remove_local:
@@ -77,6 +90,18 @@ class RemoteSink:
             self._pending.discard(fut)
             if not fut.cancelled() and fut.exception() is not None and self._error is None:
                 self._error = fut.exception()
+
+    def prepare(self) -> None:
+        """Refuse a non-empty prefix (without ``exist_ok``) or claim and empty it (with it),
+        now rather than at the first upload. Any other storage error (a missing bucket, no
+        network) is left to surface as an upload error does, at the next write: each upload
+        waits for this check and raises its error."""
+        try:
+            bridge.run(self.publication.open())
+        except (ConfigError, ObjectChangedError):
+            raise
+        except StorageError:
+            pass
 
     def shard_done(self, path: str, key: str) -> None:
         self.check()
@@ -101,7 +126,7 @@ class RemoteSink:
                 break
             concurrent.futures.wait(pending)
         self.check()
-        bridge.run(self.store.put_file(INDEX, index_path))
+        bridge.run(self.publication.publish(index_path))
         with self._lock:
             self.uploaded.append(INDEX)
         if self.remove_local:
@@ -127,6 +152,7 @@ def make_sink(
     retry: RetryPolicy | None = None,
     max_concurrency: int = 8,
     store_options: dict[str, Any] | None = None,
+    exist_ok: bool = False,
 ) -> RemoteSink:
     """The sink MDSWriter uses for a remote ``out``."""
     return RemoteSink(
@@ -136,7 +162,30 @@ def make_sink(
         retry=retry,
         max_concurrency=max_concurrency,
         store_options=store_options,
+        exist_ok=exist_ok,
     )
+
+
+def check_remote_out(url: str, exist_ok: bool, *, replace: bool) -> None:
+    """For a caller that writes under ``url`` by other means (``astream convert`` with several
+    workers writes sub-datasets and merges them): refuse a non-empty prefix unless
+    ``exist_ok``; with ``replace`` (and ``exist_ok``), claim and empty it now."""
+
+    if exist_ok and not replace:
+        return  # the writer itself replaces it
+
+    async def go() -> None:
+        store = open_store(url)
+        try:
+            await Publication(store, exist_ok).open()
+        except OutputExistsError:
+            raise OutputExistsError(
+                f"out: {url!r} is not empty (pass --exist-ok to replace it)"
+            ) from None
+        finally:
+            await store.aclose()
+
+    bridge.run(go())
 
 
 def _split(url: str) -> tuple[str, str]:

@@ -4,6 +4,9 @@ The writer builds every shard and the index in a local directory. A sink is told
 finished file and may ship it elsewhere (an object store) concurrently while writing goes on.
 
 Contract:
+- ``prepare()``, optional: called once by the writer's constructor, before anything is written;
+  a remote sink checks (and with ``exist_ok`` claims) its prefix there, so that a non-empty
+  output is refused at once, as a local directory is.
 - ``shard_done(path, key)`` is called once per finished file (a shard, or a split-format meta
   file), in order. It must not block on the upload; it may raise the error of an *earlier*
   failed upload (the writer calls it from ``write``, so a failure surfaces at the next write).
