@@ -446,8 +446,12 @@ class StreamingCore:
         keep_zip, allow_unsafe_types = kw["keep_zip"], kw["allow_unsafe_types"]
         check_policy(kw["cache_policy"])
         first = kw["range_first_batches"]
-        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
-            raise ConfigError(f"range_first_batches must be an int >= 0, got {first!r}")
+        # batches read by ranges while the first shards download: a few matter, and past
+        # 2**20 the plan of those batches alone would be larger than any epoch astream reads
+        if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first <= 1 << 20:
+            raise ConfigError(
+                f"range_first_batches must be an int in 0..{1 << 20}, got {first!r}"
+            )
         if transform is not None and not callable(transform):
             raise ConfigError(f"transform must be a callable, got {type(transform).__name__}")
         self.transform = transform

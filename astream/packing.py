@@ -47,6 +47,7 @@ from astream.core.packing import StreamLayout, pack_tokens
 from astream.core.world import World
 from astream.errors import ConfigError
 from astream.placement import dataloader_worker, detect
+from astream.runtime.config import MAX_PACK_TO
 from astream.shared import MAX_WORKERS, SharedInts, StaleIteration
 
 __all__ = ["KEY", "PackShared", "PackedBatch", "iter_packed", "merge_states", "setup"]
@@ -125,6 +126,10 @@ def setup(ds: Any, kw: dict[str, Any]) -> None:
     from astream.core.packing import check_pack, token_dtype
 
     spec = check_pack(kw["pack_to"], kw["pack_column"], kw["pack_last"], kw["pack_pad_id"])
+    if spec is not None and spec.seq_len > MAX_PACK_TO:  # why: astream.runtime.config's table
+        raise ConfigError(
+            f"pack_to must be in 1..{MAX_PACK_TO} tokens per sequence (2**24), got {spec.seq_len}"
+        )
     ds.pack, ds._pack_dtype, ds._pack_progress = spec, None, None
     ds._pack_shared = PackShared() if spec is not None else None
     if spec is None:

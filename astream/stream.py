@@ -10,9 +10,9 @@ where the cache goes). Argument names and meanings follow mosaicml-streaming's `
 - ``remote`` / ``local``: where the shards live / are cached; at least one is needed, but a
   dataset may supply them, so that check is :meth:`Stream.check_location`.
 - ``split``: a sub-directory under both roots.
-- ``proportion`` (relative weight), ``repeat`` (absolute: times per epoch, fractional allowed),
-  ``choose`` (absolute: samples per epoch): at most one. Their semantics live in
-  :mod:`astream.core.mixing`.
+- ``proportion`` (relative weight, at most 2**53), ``repeat`` (absolute: times per epoch,
+  fractional allowed, at most 2**20), ``choose`` (absolute: samples per epoch, at most 2**40):
+  at most one. Their semantics live in :mod:`astream.core.mixing`.
 - ``download_retry`` (retries after the first attempt, 0..100), ``download_timeout`` (seconds,
   > 0 and at most 7 days), ``validate_hash`` (a hash algorithm name), ``keep_zip``: ``None``
   means "use the dataset's"; a value overrides the dataset's for this stream's shards only.
@@ -56,6 +56,7 @@ __all__ = [
     "MAX_CHOOSE",
     "MAX_DOWNLOAD_RETRY",
     "MAX_DOWNLOAD_TIMEOUT",
+    "MAX_PROPORTION",
     "MAX_REPEAT",
     "Stream",
     "StreamRegistry",
@@ -66,6 +67,9 @@ MAX_DOWNLOAD_RETRY = 100  # retries after the first attempt
 MAX_DOWNLOAD_TIMEOUT = 7 * 24 * 3600.0  # seconds per request
 MAX_CHOOSE = 1 << 40  # samples per epoch from one stream (as epoch_size)
 MAX_REPEAT = float(1 << 20)  # times a stream is repeated per epoch
+# relative weight: users pass fractions, or raw sample / token counts (the largest corpora hold
+# ~1e14 tokens); 2**53 is above every such count, and a sum of such weights stays exact+finite
+MAX_PROPORTION = float(1 << 53)
 FORMATS = ("mds", "parquet")
 
 
@@ -183,7 +187,7 @@ class Stream:
         self.split = _opt_str("split", split) or ""
         if sum(w is not None for w in (proportion, repeat, choose)) > 1:
             raise ConfigError("Stream: give at most one of proportion, repeat, choose")
-        self._proportion = _opt_number("proportion", proportion)
+        self._proportion = _opt_number("proportion", proportion, maximum=MAX_PROPORTION)
         self._repeat = _opt_number("repeat", repeat, maximum=MAX_REPEAT)
         self._choose = _opt_int("choose", choose, MAX_CHOOSE)
         self._download_retry = _opt_int("download_retry", download_retry, MAX_DOWNLOAD_RETRY)

@@ -33,7 +33,19 @@ shuffle_block_size      1 .. 2**40                   int64 arithmetic
 replication             1 .. 2**20                   at most one rank group per rank
 Stream.repeat           0 .. 2**20                   also bounded by the planned pieces
 Stream.choose           0 .. 2**40 samples           as epoch_size
+Stream.proportion       0 .. 2**53                   relative weights; raw sample or token
+                                                     counts as weights stay far below it, and
+                                                     a sum of weights stays exact and finite
+pack_to                 1 .. 2**24 tokens            the longest context windows in use are
+                                                     ~10M tokens; a packed sequence is three
+                                                     int64 arrays (384 MiB each at the bound)
+pack_pad_id             fits the token dtype         int64 when a transform makes the column
 ======================  ===========================  ==========================================
+
+Writers and the CLI bound theirs where they are parsed: ``MDSWriter`` ``size_limit`` below
+2**32 bytes (u32 offsets), ``max_workers`` 1..256 concurrent uploads, compression levels per
+codec; ``astream convert --workers`` 1..1024 processes (more than the hardware threads of the
+largest single machines).
 
 Planned pieces: an epoch that repeats a stream ``r`` times over its ``S`` shards plans about
 ``S * ceil(r)`` pieces (~100 bytes each, per process); :func:`check_dataset` refuses more than
@@ -76,6 +88,7 @@ __all__ = [
     "MAX_BATCH_SIZE",
     "MAX_EPOCH_SIZE",
     "MAX_NUM_CANONICAL_NODES",
+    "MAX_PACK_TO",
     "MAX_PLAN_PIECES",
     "DatasetConfig",
     "check_dataset",
@@ -95,6 +108,7 @@ MAX_SHUFFLE_SEED = (1 << 63) - 1
 MAX_SHUFFLE_BLOCK_SIZE = 1 << 40
 MAX_REPLICATION = 1 << 20
 MAX_PLAN_PIECES = 1 << 22
+MAX_PACK_TO = 1 << 24  # tokens per packed sequence (see the table)
 
 
 def _int(name: str, value: Any, minimum: int, maximum: int) -> int:
