@@ -15,8 +15,9 @@ the remote ``index.json`` is always fetched (it is small) and compared with the 
 - a ``local`` bound to *another* remote is a :class:`ConfigError` (never the other's bytes);
 - an unbound ``local`` that already holds a different dataset (an ``MDSWriter`` output, shard
   files without an index) is refused; one whose index equals the remote's is adopted as is;
-- when the remote's index changed, every cached shard whose index entry changed is deleted, the
-  new index replaces the local one atomically and the binding follows it;
+- when the remote's index changed, every cached shard whose index entry changed, or carries no
+  digest that pins its bytes, is deleted, the new index replaces the local one atomically and
+  the binding follows it;
 - when the remote index cannot be read at all but ``local`` holds a complete copy of the dataset
   it is bound to, that copy is used, with one warning naming the reason.
 
@@ -500,12 +501,15 @@ def _same_table(a: Index | None, b: Index) -> bool:
 def _drop_stale(local: str, old: Index | None, new: Index) -> None:
     """Delete cached shard files that no longer match the (new) index: a shard whose index
     entry changed at all (size, sample count, hashes, encodings); every named file when the old
-    index is unknown."""
+    index is unknown. An unchanged entry keeps its file only when the entry pins the bytes with
+    a digest: without one, a dataset republished under the same names (``exist_ok``) may hold
+    other bytes of the same size, and the old copy would be served."""
     same: set[str] = set()
     if old is not None:
         before = {e.raw_data.basename: e.to_json() for e in old.shards}
         for e in new.shards:
-            if before.get(e.raw_data.basename) == e.to_json():
+            pinned = bool(e.raw_data.hashes) and (e.zip_data is None or bool(e.zip_data.hashes))
+            if pinned and before.get(e.raw_data.basename) == e.to_json():
                 same.add(e.raw_data.basename)
     for entry in new.shards:
         keep = entry.raw_data.basename in same
