@@ -53,7 +53,11 @@ TARGETS: dict[str, list[str]] = {
         "tests/storage/test_fetch_stream.py",
         "tests/plan/test_interleave.py",
     ],
-    "astream/runtime/binding.py": ["tests/reliability/test_shared_cache.py", "tests/engine/test_offline.py"],
+    "astream/runtime/binding.py": [
+        "tests/reliability/test_shared_cache.py",
+        "tests/engine/test_offline.py",
+        "tests/cli/test_cache_bench.py",
+    ],
     "astream/runtime/parquet_index.py": [
         "tests/parquet/test_local.py",
         "tests/parquet/test_decode.py",
@@ -111,7 +115,8 @@ def run_module(module: str, rev: str | None) -> dict[str, str]:
     _configure(work, module, TARGETS[module])
     mutmut = Path(sys.executable).parent / "mutmut"
     t0 = time.monotonic()
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    tools = str(ROOT / ".tools" / "node_modules" / ".bin")  # Azurite (setup.sh --emulators)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PATH=tools + os.pathsep + os.environ["PATH"])
     r = subprocess.run([str(mutmut), "run", "--max-children", str(os.cpu_count() or 2)], cwd=work, env=env)
     if r.returncode != 0:
         raise SystemExit(f"mutate: mutmut run failed for {module} (exit {r.returncode})")

@@ -5,6 +5,6 @@
 # Results land in mutation/ (committed); the scratch copies in .mutate/ (ignored).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --emulators
 .venv/bin/python -m pip install -q -c scripts/constraints.txt "mutmut==3.8.1" 2>&1 | grep -v "^WARNING: Location" || true
 exec .venv/bin/python scripts/mutate.py "$@"
