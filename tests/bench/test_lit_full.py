@@ -48,7 +48,11 @@ def test_lit_full_spec_reaches_the_lit_runner_with_window_zero(tmp_path: Path) -
     assert full["cache"] != default["cache"]
 
 
-@pytest.mark.skipif(not (PEERS / "bin" / "python").exists(), reason="no peers' venv")
+@pytest.mark.skipif(
+    not (PEERS / "bin" / "python").exists(),
+    reason="needs the peers' venv with litdata and mosaicml-streaming (1.8 GB, ~9 min to "
+    "install): .venv/bin/python -m benchmarks.peers_env",
+)
 def test_lit_full_yields_a_stronger_order_than_lit(tmp_path: Path) -> None:
     out = tmp_path / "report"
     cmd = [

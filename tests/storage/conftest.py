@@ -103,6 +103,13 @@ def target(request: pytest.FixtureRequest, tmp_path: Any) -> Target:
     return make_target(request.param, request, tmp_path, **SMALL_PARTS)
 
 
+@pytest.fixture(params=[b for b in BACKENDS if b != "http"])
+def rooted_target(request: pytest.FixtureRequest, tmp_path: Any) -> Target:
+    """Backends that encode their root themselves (an http root is the user's URL, escapes
+    and all: tests/storage/test_h1.py covers it)."""
+    return make_target(request.param, request, tmp_path, **SMALL_PARTS)
+
+
 @pytest.fixture(params=[*CLOUD, "http"])
 def remote_target(request: pytest.FixtureRequest, tmp_path: Any) -> Target:
     """Backends reached over HTTP, which the fault proxy can sit in front of."""

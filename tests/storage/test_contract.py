@@ -119,9 +119,8 @@ async def test_keys_with_characters_that_encodings_change(target: Target) -> Non
         await store.aclose()
 
 
-async def test_a_root_with_characters_that_encodings_change(target: Target) -> None:
-    if target.name == "http":
-        pytest.skip("an http root is a URL: its escapes are the user's (test_h1)")
+async def test_a_root_with_characters_that_encodings_change(rooted_target: Target) -> None:
+    target = rooted_target
     root = Target(target.name, f"{target.url}/r+%41 \u00e9&", target.options)
     await seeded(root, {"k+%41.bin": b"inside", "sub/x y.bin": b"deeper"})
     store = root.open()
