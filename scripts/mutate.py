@@ -180,6 +180,32 @@ def report() -> list[tuple[str, int, int, int, int, float]]:
     return rows
 
 
+def write_readme(rows: list[tuple[str, int, int, int, int, float]]) -> None:
+    lines = [
+        "# Mutation testing",
+        "",
+        "Each module that holds an invariant of the order, the checkpoints, the cache or the",
+        "format is mutated by mutmut 3 and run against the in-process tests that guard it",
+        "(`TARGETS` in `scripts/mutate.py`). Rerun one module, or all of them:",
+        "",
+        "```text",
+        "bash scripts/mutate.sh astream/core/eviction.py",
+        "bash scripts/mutate.sh --all",
+        "```",
+        "",
+        "`<module>.txt` holds every mutant's verdict and the commit and tests it ran with;",
+        "`<module>.survivors.diff` shows each mutant that was not killed. A survivor is either",
+        "killed by a new test or listed in [equivalent.txt](equivalent.txt) with the reason it",
+        "cannot change behaviour. Score: killed / (mutants - equivalent).",
+        "",
+        "| module | mutants | killed | equivalent | survived | score |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, total, killed, equiv, survived, score in rows:
+        lines.append(f"| `{name}` | {total} | {killed} | {equiv} | {survived} | {score:.1%} |")
+    (OUT / "README.md").write_text("\n".join(lines) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("modules", nargs="*", help="paths such as astream/core/eviction.py")
@@ -193,6 +219,7 @@ def main() -> None:
     for module in modules:
         run_module(module, a.rev)
     rows = report()
+    write_readme(rows)
     print(f"{'module':40} {'mutants':>8} {'killed':>7} {'equiv':>6} {'survived':>9} {'score':>6}")
     for name, total, killed, equiv, survived, score in rows:
         print(f"{name:40} {total:8} {killed:7} {equiv:6} {survived:9} {score:6.1%}")

@@ -1,6 +1,6 @@
 """A real multi-rank run: torchrun, 2 ranks x 2 DataLoader workers, gloo process group
-(``ASTREAM_SLOW=1``; the default run has the in-process 3 ranks x 2 workers test of
-test_dataset.py)."""
+(marked slow: left out of the quick loop, which keeps the in-process 3 ranks x 2 workers
+test of test_dataset.py)."""
 
 from __future__ import annotations
 
