@@ -242,6 +242,10 @@ class SampleDecoder:
         ns["_head"] = struct.Struct(fmt).unpack_from
         got = [*lv, *(f"h{i}" for i in range(head))]
         if got:
+            # a sample shorter than the part read at once is refused before that read
+            ns["_short"] = self._short
+            lines.append(f"    if len(mv) < {struct.calcsize(fmt)}:")
+            lines.append(f"        _short(mv, {struct.calcsize(fmt)})")
             lines.append(f"    {', '.join(got)}, = _head(mv, 0)")
         total = " + ".join([str(fixed), *lv])
         lines.append(f"    if len(mv) != {total}:")
@@ -307,6 +311,13 @@ class SampleDecoder:
         exec("\n".join(lines), ns)
         fn: Callable[[memoryview], dict[str, Any]] = ns["decode"]
         return fn
+
+    def _short(self, mv: memoryview, need: int) -> None:
+        raise FormatError(
+            f"sample is {len(mv)} bytes, shorter than the {need} bytes of its column lengths "
+            "and leading integers",
+            self.source,
+        )
 
     def _fail(self, mv: memoryview, total: int | None, col: int | None, exc: Any) -> None:
         if col is None:
