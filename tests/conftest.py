@@ -78,6 +78,7 @@ QUICK_OUT = (
     "tests/storage/test_fetch_stream.py",
     "tests/storage/test_s3_models_cache.py",
     "tests/storage/test_startup.py",
+    "tests/writer/test_engine_edges.py",
     "tests/writer/test_ray.py",
     "tests/writer/test_spark.py",
 )
