@@ -47,7 +47,14 @@ TARGETS: dict[str, list[str]] = {
     "astream/core/refshuffle.py": ["tests/order"],
     "astream/core/state.py": ["tests/order", "tests/engine/test_resume.py"],
     "astream/core/shard.py": ["tests/core", "tests/writer/test_mds_writer.py"],
-    "astream/writer/mds.py": ["tests/writer/test_mds_writer.py", "tests/core"],
+    "astream/writer/mds.py": [
+        "tests/writer/test_mds_writer.py",
+        "tests/writer/test_xsv_writer.py",
+        "tests/writer/test_modes_and_disk.py",
+        "tests/writer/test_remote_safety.py",
+        "tests/storage/test_remote_writer.py",
+        "tests/engine/test_param_bounds.py",
+    ],
     "astream/runtime/cache.py": [
         "tests/engine/test_cache_victims.py",
         "tests/storage/test_fetch_stream.py",
