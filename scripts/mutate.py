@@ -85,10 +85,16 @@ def _copy_tree(dst: Path, rev: str | None) -> None:
         archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True)
         subprocess.run(["tar", "-x", "-C", str(dst)], input=archive.stdout, check=True)
         return
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=ROOT, check=True, capture_output=True,
-    ).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, files):
         src = ROOT / rel
         if not src.is_file():
@@ -116,20 +122,30 @@ def _configure(work: Path, module: str, tests: list[str]) -> None:
 
 def run_module(module: str, rev: str | None) -> dict[str, str]:
     if module not in TARGETS:
-        raise SystemExit(f"mutate: {module!r} is not in TARGETS (scripts/mutate.py): {sorted(TARGETS)}")
+        raise SystemExit(
+            f"mutate: {module!r} is not in TARGETS (scripts/mutate.py): {sorted(TARGETS)}"
+        )
     work = WORK / module.replace("/", "_")
     _copy_tree(work, rev)
     _configure(work, module, TARGETS[module])
     mutmut = Path(sys.executable).parent / "mutmut"
     t0 = time.monotonic()
     tools = str(ROOT / ".tools" / "node_modules" / ".bin")  # Azurite (setup.sh --emulators)
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PATH=tools + os.pathsep + os.environ["PATH"])
-    r = subprocess.run([str(mutmut), "run", "--max-children", str(os.cpu_count() or 2)], cwd=work, env=env)
+    env = dict(
+        os.environ, PYTHONDONTWRITEBYTECODE="1", PATH=tools + os.pathsep + os.environ["PATH"]
+    )
+    r = subprocess.run(
+        [str(mutmut), "run", "--max-children", str(os.cpu_count() or 2)], cwd=work, env=env
+    )
     if r.returncode != 0:
         raise SystemExit(f"mutate: mutmut run failed for {module} (exit {r.returncode})")
     listing = subprocess.run(
-        [str(mutmut), "results", "--all", "true"], cwd=work, env=env, check=True,
-        capture_output=True, text=True,
+        [str(mutmut), "results", "--all", "true"],
+        cwd=work,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     verdicts: dict[str, str] = {}
     for line in listing.splitlines():
@@ -147,11 +163,15 @@ def run_module(module: str, rev: str | None) -> dict[str, str]:
     name = module.replace("/", ".").removesuffix(".py")
     what = "the working tree"
     if rev:
-        sha = subprocess.run(["git", "rev-parse", rev], cwd=ROOT, check=True,
-                             capture_output=True, text=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", rev], cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout.strip()
         what = f"commit {sha}"
-    lines = [f"# {module} ({what}): mutmut 3 over {' '.join(TARGETS[module])}",
-             f"# ran in {time.monotonic() - t0:.0f} s", ""]
+    lines = [
+        f"# {module} ({what}): mutmut 3 over {' '.join(TARGETS[module])}",
+        f"# ran in {time.monotonic() - t0:.0f} s",
+        "",
+    ]
     lines += [f"{k}: {v}" for k, v in sorted(verdicts.items())]
     (OUT / f"{name}.txt").write_text("\n".join(lines) + "\n")
     (OUT / f"{name}.survivors.diff").write_text("\n\n".join(diffs) + ("\n" if diffs else ""))

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from astream.testing import (
     AzuriteServer,
@@ -35,6 +36,13 @@ _FAKE_ENV = {
     "AWS_CONFIG_FILE": "/nonexistent/astream-tests/aws-config",
     "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/astream-tests/aws-credentials",
 }
+
+
+# CI (CI=true) draws the same hypothesis examples on every run, so that a submission's result
+# does not depend on the draw; a developer's runs explore new examples each time.
+hypothesis_settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
