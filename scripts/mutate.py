@@ -56,6 +56,7 @@ TARGETS: dict[str, list[str]] = {
         "tests/engine/test_param_bounds.py",
     ],
     "astream/runtime/cache.py": [
+        "tests/engine/test_cache_space.py",
         "tests/engine/test_cache_victims.py",
         "tests/storage/test_fetch_stream.py",
         "tests/plan/test_interleave.py",
