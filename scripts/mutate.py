@@ -62,6 +62,7 @@ TARGETS: dict[str, list[str]] = {
         "tests/plan/test_interleave.py",
     ],
     "astream/runtime/binding.py": [
+        "tests/engine/test_cache_dirs.py",
         "tests/reliability/test_shared_cache.py",
         "tests/engine/test_offline.py",
         "tests/cli/test_cache_bench.py",
