@@ -971,13 +971,16 @@ class Engine:
         self, handoff: tuple[Any, int], wants: list[tuple[int, list[int]]]
     ) -> dict[int, RangeShard] | None:
         """The first batch's range shards the main process read for this worker, when it read
-        exactly ``wants`` (else None: read them here)."""
+        exactly the samples of ``wants`` of each of their shards (else None: read them here).
+        ``wants`` may lack shards the main process read: a shard completed in the node's cache
+        since the main process planned (another worker's download; this worker's own are held
+        until its first batch) is read from there, and the bytes of the others are used."""
         msg = lead.receive(*handoff)
         if msg is None:
             return None
         theirs, payload, versions = msg
         mine = [(s, [int(x) for x in locals_]) for s, locals_ in wants]
-        if payload is None or theirs != mine:
+        if payload is None or not mine or not _lead_covers(mine, theirs, payload):
             return None
         parts = self._parts()
         mine_v = parts.fetcher.versions
@@ -988,7 +991,7 @@ class Engine:
                 mine_v.keep(k, [v], one.url(), how)
             # and their files, once any process of the node downloads them
             mine_v.expect_file(k, one.files.raw_path, one.files.raw_size, one.url())
-        out = self._range_shards(parts, payload)
+        out = self._range_shards(parts, {s: payload[s] for s, _ in mine})
         parts.range_samples += sum(len(r.slot) for r in out.values())
         return out
 
@@ -1361,3 +1364,11 @@ def _forget_promotion(promoting: dict[int, asyncio.Task[bool]], s: int) -> Any:
             task.exception()  # a failed background fetch only means the next read is a range
 
     return done
+
+
+def _lead_covers(
+    mine: list[tuple[int, list[int]]], theirs: list[tuple[int, list[int]]], payload: Any
+) -> bool:
+    """Whether the main process read each shard of ``mine`` with exactly its samples."""
+    read = {s: locals_ for s, locals_ in theirs}
+    return all(read.get(s) == locals_ and s in payload for s, locals_ in mine)

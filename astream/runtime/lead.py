@@ -30,10 +30,13 @@ The message is ``(wants, shards, versions)``: the (shard, samples) the main proc
 that worker and, per shard, the compact buffer, its offsets and the slot of each sample (what
 :class:`~astream.runtime.reader.RangeShard` holds), or None when the read failed; and the
 version of each shard object those bytes came from, which the worker's own reads of those
-objects must then match (``runtime/versions.py``). A worker uses
-it only when ``wants`` equals what it would read itself; otherwise, and when no message comes
-(the main process gone), it reads its ranges itself as before. Nothing is written to the cache
-or to shared memory, so a kill -9 of any process leaves nothing behind: a pipe is closed by the
+objects must then match (``runtime/versions.py``). A worker uses the bytes of each shard it
+would read by ranges itself when the main process read exactly those samples of it; otherwise,
+and when no message comes (the main process gone), it reads its ranges itself as before. Its
+wants lack a shard of the message only when that shard was completed in the node's cache after
+the main process planned (another worker's download, from its second batch on, while this one
+started late): it reads that shard from the cache. Nothing is written to the cache or to shared
+memory, so a kill -9 of any process leaves nothing behind: a pipe is closed by the
 kernel with the last process holding it.
 
 Pipes and processes: the main process closes its copies of the read ends once the workers are

@@ -212,7 +212,7 @@ errors = []
 try:
     try:
         os.kill(pids[0], signal.SIGKILL)  # torch's SIGCHLD handler may raise at any line after
-        for _ in it:
+        for batch in it:  # the other worker's batches may come before torch sees the death
             pass
     except RuntimeError as exc:
         errors.append(repr(exc))  # not the exception: its traceback holds batches
@@ -220,8 +220,8 @@ try:
 except RuntimeError as exc:  # the handler again, while the first error was being handled
     errors.append(repr(exc))
 print("raised", bool(errors) and all("worker" in e for e in errors), errors)
-it = None
-del it, ld, ds
+it = batch = None  # the last batch that came after the kill, if any: not held past here
+del it, batch, ld, ds
 gc.collect()
 assert first["input_ids"].shape == (4, 24)  # a batch the trainer holds stays readable
 del first

@@ -174,6 +174,49 @@ def test_worker_reads_itself_when_the_bytes_differ(
     assert {s: heads.get(s) for s in w0 & w1} == {s: 3 for s in w0 & w1}, heads
 
 
+def test_worker_uses_the_main_bytes_of_shards_it_still_reads_by_ranges(
+    s3_server: Any,
+    s3_big: str,
+    big_src: str,
+    make_proxy: MakeProxy,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A shard of a worker's first batch is complete in the node's cache by the time the
+    worker reaches that batch (another worker's download, when this one starts late): the
+    worker reads that shard from the cache and uses the main process's bytes of its other
+    shards, so every header is still read once. Here worker 0 finds the shard its first batch
+    shares with worker 1's in the cache (copied in by the forked worker itself, right before
+    it plans its first batch's ranges)."""
+    import shutil
+
+    from astream.placement import dataloader_worker
+
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+    off = run(dataset(s3_big, s3_opts(proxy), str(tmp_path / "off"), 0))
+    proxy.reset_stats()
+    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "on"), 1)
+    w0, w1 = first_shards(ds, 2)
+    shared = min(w0 & w1)
+    files = ds.catalog.shards[shared].files
+    real = Engine._range_wants
+
+    def late(self: Engine, groups: Any, la: Any, opener: Any) -> Any:
+        me = dataloader_worker()
+        if me is not None and me[0] == 0 and la.batches_taken == 1:
+            os.makedirs(os.path.dirname(files.raw_path), exist_ok=True)
+            tmp = files.raw_path + ".copy"
+            shutil.copyfile(os.path.join(big_src, files.raw), tmp)
+            os.replace(tmp, files.raw_path)
+        return real(self, groups, la, opener)
+
+    monkeypatch.setattr(Engine, "_range_wants", late)  # inherited by the forked workers
+    assert run(ds, multiprocessing_context="fork") == off
+    heads = header_gets(ds, proxy, sizes)
+    assert heads == {s: 1 for s in w0 | w1}, heads
+
+
 def test_no_pipe_or_thread_left(
     s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
 ) -> None:
