@@ -15,11 +15,13 @@ batch size (except ``stratified`` and ``per_stream``, whose unit is ``global_bat
   expectation.
 - ``batching_method="stratified"``: each stream has its own SubPlan; ``G`` is cut into strata
   of ``U = global_batch_size`` positions and every stratum holds exactly ``k_s`` samples of
-  stream ``s`` (``k`` = ``U`` split by largest remainder of the stream proportions, ties to the
-  lower stream index; the weights are the proportions when relative, else the chosen counts),
-  stream after stream. The epoch has ``F = min_s floor(chosen_s / k_s)`` full strata, and each
-  stream's count is reset to ``F * k_s`` *before* its samples are picked, so a stream never
-  repeats a sample before using every one (its surplus is simply not chosen this epoch).
+  stream ``s``, stream after stream. ``k`` is the reference's
+  (:func:`refshuffle.stratum_portions`: ``int(U * p_s)``, then one more to the largest
+  fractional parts, of equal parts the later stream first; ``p_s`` the stream's proportion as
+  the reference stores it, :func:`_reference_proportions`). The epoch has
+  ``F = min_s floor(chosen_s / k_s)`` full strata, and each stream's count is reset to
+  ``F * k_s`` *before* its samples are picked, so a stream never repeats a sample before using
+  every one (its surplus is simply not chosen this epoch).
 - ``batching_method="per_stream"``: each stream has its own SubPlan, cut into whole chunks of
   ``U = global_batch_size`` (the remainder dropped); the chunks of all streams are put in a
   seeded stream order. A World deals it when ``R * bs`` divides ``U``, from whole global batches.
@@ -28,7 +30,11 @@ batch size (except ``stratified`` and ``per_stream``, whose unit is ``global_bat
   are kept (``C`` = the fewest any node has); chunk ``q`` of ``G`` is chunk ``q // ncn`` of node
   ``q % ncn``. Dealt chunk by chunk: rank slot ``s`` takes chunk ``k / bs + j * R + s``.
 
-With ``shuffle=False`` every SubPlan is in index order (:func:`build_pieces` ``index_order``).
+The four methods above are astream's own shuffled order (``shuffle_algo="astream"``,
+``shuffle=True``). **With ``shuffle=False``, whatever ``shuffle_algo`` names**, the epoch is
+planned as the reference plans it unshuffled (the reference path below: its resampling, its
+index-order layout and padding, its batching construction): nothing is shuffled, so no
+algorithm has a say, and every batching method yields the reference's sequence.
 
 **Dealing** (:meth:`EpochPlan.worker_batches`). With ``R`` ranks and per-device batch ``bs``,
 resuming at global position ``k`` (0 for a fresh epoch), ``M = N - k`` positions remain:
@@ -47,7 +53,8 @@ partial when ``bs`` does not divide that; the ``(-M) mod R`` positions past ``N`
 the last sample of a rank, and read the real position the reference repeats there
 (:meth:`EpochPlan._pad_source`). One rank: exactly ``G[k:]``, no pad.
 
-**Reference algorithms** (``shuffle_algo`` py1e, py1br, py1s, py2s, naive; shuffled or not):
+**Reference algorithms** (``shuffle_algo`` py1e, py1br, py1s, py2s, naive; shuffled or not;
+and any algorithm unshuffled):
 mosaicml-streaming 0.13.0's order, padding and dealing, bit for bit. ``random`` batching:
 :class:`_ReferencePlan` (the reference's padded canonical layout, computed per position, mapped
 through its shuffle and resampling; dealt by the rules above, resume rounded down to
@@ -71,7 +78,6 @@ from astream.core.mixing import (
     Pieces,
     build_pieces,
     choose_per_stream,
-    largest_remainder,
 )
 from astream.core.partition import SubPlan, locality_bound
 from astream.core.shuffle import PURPOSE_BATCHES, permutation, raw_words
@@ -189,10 +195,11 @@ def plan_epoch(
 ) -> EpochPlan:
     """Plan one epoch. Cost O(shards * (1 + repeats)); see the module docstring.
 
-    ``initial_physical_nodes`` (a reference algorithm only: ``"astream"``'s order never depends
-    on the World): the node count the run started on, from its checkpoint; with
-    ``partition_algo="relaxed"`` a World whose nodes and canonical nodes do not divide one
-    another then gets the reference's re-deal of that initial World's order."""
+    ``initial_physical_nodes`` (a reference algorithm only: the shuffled ``"astream"`` order
+    never depends on the World; unshuffled, ``"astream"`` accepts it and never re-deals): the
+    node count the run started on, from its checkpoint; with ``partition_algo="relaxed"`` a
+    World whose nodes and canonical nodes do not divide one another then gets the reference's
+    re-deal of that initial World's order."""
     check_positive_int("seed", seed, minimum=0)
     check_positive_int("epoch", epoch, minimum=0)
     ncn = check_positive_int("num_canonical_nodes", num_canonical_nodes)
@@ -207,15 +214,16 @@ def plan_epoch(
         partition_algo=partition_algo,
     )
     sizes = _check_streams(streams)
+    # a reference algorithm: the reference's order and padding, also unshuffled (its layout);
+    # unshuffled, whatever the algorithm: nothing is shuffled, so the epoch is the reference's
+    reference = shuffle_algo != "astream" or not shuffle
     if initial_physical_nodes is not None:
         check_positive_int("initial_physical_nodes", initial_physical_nodes)
-        if shuffle_algo == "astream":
+        if not reference:
             raise ConfigError(
-                "initial_physical_nodes: only a reference shuffle_algo uses it (the 'astream' "
-                "order does not depend on the World)"
+                "initial_physical_nodes: only a reference shuffle_algo (or shuffle=False) uses "
+                "it (the shuffled 'astream' order does not depend on the World)"
             )
-    # a reference algorithm: the reference's order and padding, also unshuffled (its layout)
-    reference = shuffle_algo != "astream"
     if shuffle_block_size is not None:
         block = shuffle_block_size
     elif reference and shuffle:
@@ -248,23 +256,15 @@ def plan_epoch(
             granularity=sampling_granularity, partition_algo=partition_algo,
             initial_nodes=initial_physical_nodes,
         )  # fmt: skip
+    # astream's own order, shuffled: "balanced" re-draws the partial repeats every epoch
     balanced = sampling_method == "balanced"
     partial_epoch = epoch if balanced else 0
-    # the reference re-draws how many samples each shard gives only when shuffling (balanced);
-    # which samples inside a shard follow sampling_method alone
-    line_epoch = epoch if (balanced and shuffle) else 0
-    index_order = not shuffle
 
     def pieces_for(counts: I64) -> tuple[list[Pieces], dict[int, PartialSelection]]:
         return build_pieces(
-            sizes,
-            counts,
-            seed=seed,
-            partial_epoch=partial_epoch,
+            sizes, counts, seed=seed, partial_epoch=partial_epoch,
             granularity=sampling_granularity,
-            index_order=index_order,
-            line_epoch=line_epoch,
-        )
+        )  # fmt: skip
 
     pieces, partials = pieces_for(chosen)
     num_shards = sum(len(a) for a in sizes)
@@ -274,7 +274,7 @@ def plan_epoch(
             p,
             partials,
             ncn=ncn,
-            shuffle=bool(shuffle),
+            shuffle=True,
             seed=seed,
             epoch=epoch,
             block_size=block,
@@ -293,8 +293,8 @@ def plan_epoch(
             partition_algo=partition_algo,
         )
     # the reference interleaves per-stream batches with a generator that changes per epoch only
-    # when shuffling with balanced sampling
-    order_key = (seed, PURPOSE_BATCHES, epoch if (balanced and shuffle) else 0)
+    # with balanced sampling (when shuffling, always the case here)
+    order_key = (seed, PURPOSE_BATCHES, epoch if balanced else 0)
     if batching_method == "per_stream":
         unit = bs if global_batch_size is None else global_batch_size
         check_positive_int("global_batch_size", unit)
@@ -311,9 +311,8 @@ def plan_epoch(
         return _device_per_stream(subs, chosen, bs, block, ncn, sizes, order_key, partition_algo)
     stratum = bs if global_batch_size is None else global_batch_size
     check_positive_int("global_batch_size", stratum)
-    relative = streams[0].proportion is not None
-    weights = np.array([s.proportion for s in streams], np.float64) if relative else chosen
-    k = _stratum_counts(stratum, weights.astype(np.float64), chosen)
+    # the make-up of a stratum is the reference's (only the order inside a stream is ours)
+    k = _stratum_counts(stratum, _reference_proportions(streams, sizes, chosen, epoch_size), chosen)
     full_strata = min(int(c) // int(n) for c, n in zip(chosen, k) if n > 0)
     if full_strata == 0:
         raise ConfigError(
@@ -342,10 +341,13 @@ def _reference_plan(
     initial_nodes: int | None,
 ) -> EpochPlan:
     """The reference's epoch: its resampling, its shuffle of the resampled units, its padded
-    index-order layout (see :class:`_ReferencePlan`)."""
-    whole = all(int(c) == int(a.sum()) and bool((a > 0).all()) for a, c in zip(sizes, chosen))
+    index-order layout (see :class:`_ReferencePlan`; unshuffled under ``"astream"``:
+    :class:`_UnshuffledPlan`)."""
+    every = all(int(c) == int(a.sum()) for a, c in zip(sizes, chosen))
+    whole = every and all(bool((a > 0).all()) for a in sizes)
     balanced = sampling_method == "balanced"
-    if whole:  # every shard read once: the reference's units are the shards, ids the identity
+    if whole or (every and not shuffle):
+        # every sample read once: ids the identity (the units, the shards, matter to a shuffle)
         units, small = np.concatenate(sizes).astype(np.int64), None
     else:  # the per-shard counts change per epoch when shuffling balanced; the subsets if balanced
         units, small = refshuffle.resample(
@@ -361,6 +363,21 @@ def _reference_plan(
         table = small
     if table is not None and len(table) and table.dtype != np.int32 and int(table.max()) < 2**31:
         table = table.astype(np.int32)
+    if algo == "astream":  # unshuffled (plan_epoch): the reference's epoch, astream's Worlds
+        sub = None
+        if table is None:  # index order itself: also as a SubPlan, for the planner's runs
+            pieces, partials = build_pieces(
+                sizes, chosen, seed=seed, partial_epoch=0, granularity=granularity,
+                index_order=True,
+            )  # fmt: skip
+            sub = SubPlan(
+                Pieces.concat(pieces), partials, ncn=ncn, shuffle=False, seed=seed,
+                epoch=epoch, block_size=block, sub=0, num_shards=sum(len(a) for a in sizes),
+                layout="reference",
+            )  # fmt: skip
+        return _UnshuffledPlan(
+            table, n, bs, block, ncn, sizes, partition_algo=partition_algo, sub=sub
+        )
     return _ReferencePlan(
         table, n, bs, block, ncn, sizes, partition_algo=partition_algo, initial=initial_nodes
     )
@@ -499,8 +516,10 @@ def _device_per_stream(
     )  # fmt: skip
 
 
-def _stratum_counts(stratum: int, weights: NDArray[np.float64], chosen: I64) -> I64:
-    k = largest_remainder(stratum, weights)
+def _stratum_counts(stratum: int, proportions: NDArray[np.float64], chosen: I64) -> I64:
+    """Each stream's samples in a stratum: the reference's rounding of its proportions
+    (:func:`refshuffle.stratum_portions`); a stream with samples but a share of 0 is refused."""
+    k = refshuffle.stratum_portions(stratum, proportions)
     for s in np.flatnonzero((k == 0) & (chosen > 0)).tolist():
         raise ConfigError(
             f"global_batch_size={stratum} is too small for streams[{s}]: its share of a stratum "
@@ -814,8 +833,7 @@ class _ReferencePlan(EpochPlan):
                 "re-deals the initial World's order when given initial_physical_nodes)"
             )
         self._redealing = False
-        if p > ncn:
-            self._nodes = p
+        self._nodes = p if p > ncn else 1  # the layout of the World dealt to (see ids_at)
 
     def _redeal(self, world: World) -> _RedealPlan | None:
         """The re-deal when the reference's "relaxed" partition re-deals (resuming on a World
@@ -879,6 +897,68 @@ class _ReferencePlan(EpochPlan):
 
     def locality_bound(self) -> int:
         return len(self._shard_ends)  # the reference's blocks span any number of shards
+
+
+class _UnshuffledPlan(_ReferencePlan):
+    """``shuffle=False`` under astream's own algorithm, ``random`` batching: the reference's
+    unshuffled epoch (:class:`_ReferencePlan`: its padded index-order layout, per position,
+    through the resampling's id table when a stream is resampled), dealt as the reference deals
+    it. On a World whose nodes and canonical nodes do not divide one another, where the
+    reference refuses a fresh epoch, ``partition_algo="relaxed"`` deals the same sequence as
+    astream's own order is dealt (no re-deal); ``"orig"`` refuses it. Where the reference
+    cannot widen its canonical nodes for more physical nodes (too few samples), the layout is
+    dealt unwidened.
+
+    Without a resampling table the layout is also a :class:`SubPlan` (``layout="reference"``),
+    so the planner (:mod:`astream.plan`) reads it in shard runs: ``reference`` is then False."""
+
+    def __init__(
+        self,
+        table: I64 | None,
+        n: int,
+        batch_size: int,
+        block_size: int,
+        ncn: int,
+        sizes: list[I64],
+        *,
+        partition_algo: str,
+        sub: SubPlan | None,
+    ) -> None:
+        super().__init__(
+            table, n, batch_size, block_size, ncn, sizes, partition_algo=partition_algo
+        )
+        self.reference = sub is None
+        self._subs = [] if sub is None else [sub]
+
+    def _layout_nodes(self, p: int) -> int:
+        """The node count whose layout is dealt to ``p`` nodes: ``p`` when the reference widens
+        its canonical nodes for them, else 1; also 1 where it cannot (too few samples per
+        canonical node), a World the reference refuses and this plan deals unwidened."""
+        ncn = self.num_canonical_nodes
+        if p <= ncn:
+            return 1
+        width = refshuffle.canonical_layout(self._n, ncn, p)[0]
+        try:
+            refshuffle.canonical_index(self._n, ncn, p, np.array([ncn * width - 1]))
+        except ValueError:
+            return 1
+        return p
+
+    def _total(self, num_nodes: int) -> int:
+        return super()._total(self._layout_nodes(num_nodes))
+
+    def _check_world(self, world: World) -> None:
+        EpochPlan._check_world(self, world)  # "orig" refuses such a World, "relaxed" deals it
+        self._redealing = False
+        self._nodes = self._layout_nodes(world.num_nodes)
+
+    def _redeal(self, world: World) -> _RedealPlan | None:
+        return None
+
+    def locality_bound(self) -> int:
+        if self._subs:
+            return EpochPlan.locality_bound(self)
+        return super().locality_bound()
 
 
 class _ReferenceWorkPlan(EpochPlan):

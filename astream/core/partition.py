@@ -23,6 +23,13 @@ O(block) once per block touched. Nothing here is O(N).
    nodes interleave sample by sample and every ``ncn`` consecutive positions hold one sample of
    each node (while all nodes last).
 
+*Reference layout* (``layout="reference"``, unshuffled only: the reference's index-order
+layout, :func:`astream.core.refshuffle.canonical_index` on as many physical nodes as canonical
+ones): node ``c`` holds the layout's positions ``[c * N // ncn, (c + 1) * N // ncn)``, and every
+node is ``L = ceil(N / ncn)`` long, a shorter node repeating its last sample once; with fewer
+positions than nodes, node ``c`` holds position ``c mod N``. The sequence is then ``ncn * L``
+long.
+
 Locality bound: a window of ``w <= block_size`` consecutive positions of one canonical node
 lies inside at most two blocks, i.e. inside ``2 * block_size`` consecutive positions of the
 node's piece order. Every piece but the node's first and last is a whole piece of length
@@ -70,17 +77,23 @@ class SubPlan:
         block_size: int,
         sub: int,
         num_shards: int,
+        layout: str = "astream",
     ) -> None:
+        if layout not in ("astream", "reference") or (layout == "reference" and shuffle):
+            raise ValueError(f"layout={layout!r}: 'astream', or 'reference' unshuffled")
         self.partials = partials
         self.ncn = ncn
         self.shuffle = shuffle
+        self.layout = layout
         self.block_size = block_size
         self._key = (seed, epoch, sub)
         self.min_piece = int(pieces.length.min()) if len(pieces.length) else 0
         if shuffle and len(pieces.length):
             shard_key = raw_words(num_shards, seed, PURPOSE_RUN)
             pieces = pieces.take(np.argsort(shard_key[pieces.shard], kind="stable"))
-        self.num_samples = int(pieces.length.sum())
+        self._n = int(pieces.length.sum())  # positions of the run layout
+        self._width = -(-self._n // ncn)  # the reference layout's L
+        self.num_samples = ncn * self._width if layout == "reference" else self._n
         self._pieces = pieces
         self._ends = np.cumsum(pieces.length)
         # canonical nodes are cut lazily: only the nodes a position touches cost anything, so
@@ -91,22 +104,37 @@ class SubPlan:
         self._lock = threading.Lock()  # a prefetcher thread and the consumer may share a plan
 
     def node_len(self, c: int | I64) -> int | I64:
-        """Positions of canonical node(s) ``c``: ``ceil((N - c) / ncn)`` (O(1), vectorised)."""
-        out: int | I64 = (self.num_samples - c + self.ncn - 1) // self.ncn
+        """Positions of canonical node(s) ``c``: ``ceil((N - c) / ncn)`` (O(1), vectorised);
+        ``L`` for each under the reference layout."""
+        if self.layout == "reference":
+            return np.full_like(c, self._width) if isinstance(c, np.ndarray) else self._width
+        out: int | I64 = (self._n - c + self.ncn - 1) // self.ncn
         return out
 
     def node_start(self, c: int) -> int:
-        """First position of node ``c`` in the run layout: ``sum(node_len(0..c-1))``."""
-        q, r = divmod(self.num_samples, self.ncn)
+        """First position of node ``c`` in the run layout: ``sum(node_len(0..c-1))`` (under
+        the reference layout ``c * N // ncn``, or ``c mod N`` with fewer positions than
+        nodes)."""
+        if self.layout == "reference":
+            return c * self._n // self.ncn if self._n >= self.ncn else c % max(self._n, 1)
+        q, r = divmod(self._n, self.ncn)
         return c * q + min(c, r)
+
+    def _node_range(self, c: int) -> tuple[int, int]:
+        """[lo, hi) of the run layout that node ``c`` holds (its repeat aside)."""
+        lo = self.node_start(c)
+        if self.layout == "reference":
+            if self._n < self.ncn:
+                return lo, lo + min(1, self._n)
+            return lo, (c + 1) * self._n // self.ncn
+        return lo, lo + int(self.node_len(c))
 
     def _node(self, c: int) -> tuple[I64, Pieces]:
         hit = self._nodes.get(c)
         if hit is not None:
             return hit
         pieces, ends = self._pieces, self._ends
-        lo = self.node_start(c)
-        hi = lo + int(self.node_len(c))
+        lo, hi = self._node_range(c)
         if hi == lo:
             node = (np.zeros(1, np.int64), pieces.take(np.zeros(0, np.int64)))
         else:
@@ -117,6 +145,11 @@ class SubPlan:
             part.a[0] += cut_head
             part.length[0] -= cut_head
             part.length[-1] -= int(ends[last]) - hi
+            if hi - lo < int(self.node_len(c)):  # the reference's repeat of the node's last
+                rep = part.take(np.array([len(part.length) - 1]))
+                rep.a[0] += int(rep.length[0]) - 1
+                rep.length[0] = 1
+                part = Pieces.concat([part, rep])
             if self.shuffle:
                 seed, epoch, sub = self._key
                 part = part.take(permutation(len(part.length), seed, PURPOSE_NODE, epoch, sub, c))

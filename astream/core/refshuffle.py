@@ -53,6 +53,7 @@ __all__ = [
     "get_shuffle",
     "resample",
     "shard_choices",
+    "stratum_portions",
 ]
 
 Spans = list[tuple[int, int]]
@@ -479,6 +480,21 @@ def _stream_ids(
     return out
 
 
+def stratum_portions(gbs: int, proportions: Sequence[float] | NDArray[np.float64]) -> I64:
+    """Each stream's share of a global batch of ``gbs`` samples, as the reference's
+    ``stratified`` batching rounds it: ``int(gbs * p)`` each (``p``: the stream's proportion
+    of the epoch, normalised), then one more to as many streams as samples are missing, in
+    descending order of the fractional parts (numpy's ``argsort``, reversed: of equal parts,
+    the later stream first). A share may be 0; the caller decides whether that is an error."""
+    props = np.asarray(proportions, np.float64)
+    portions = np.array([int(p * gbs) for p in props.tolist()], np.int64)
+    missing = gbs - int(portions.sum())
+    if missing:  # (as the reference, also when negative: a float sum just above 1)
+        left = gbs * props - portions
+        portions[np.flip(np.argsort(left))[:missing]] += 1
+    return portions
+
+
 def _stream_order(counts: list[int], seed: int) -> I64:
     """Indices into the streams' concatenated batches, in the reference's drawn stream order."""
     origins = np.concatenate([np.full(c, i) for i, c in enumerate(counts)])
@@ -556,11 +572,7 @@ def batching_work(
             _stream_ids(part, units, small, shuffle, algo, ncn, seed, epoch, portion_block)
         )
     if method == "stratified":
-        portions = np.array([int(p * gbs) for p in proportions], np.int64)
-        if portions.sum() != gbs:
-            missing = gbs - int(portions.sum())
-            left = gbs * np.array(proportions) - portions
-            portions[np.flip(np.argsort(left))[:missing]] += 1
+        portions = stratum_portions(gbs, proportions)
         for s, k in enumerate(portions.tolist()):
             if k <= 0:
                 raise ValueError(
