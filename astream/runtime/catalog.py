@@ -19,7 +19,14 @@ the remote ``index.json`` is always fetched (it is small) and compared with the 
   digest that pins its bytes, is deleted, the new index replaces the local one atomically and
   the binding follows it;
 - when the remote index cannot be read at all but ``local`` holds a complete copy of the dataset
-  it is bound to, that copy is used, with one warning naming the reason.
+  it is bound to, that copy is used, with one warning naming the reason;
+- when the remote index cannot be read (an absent remote, most often) and ``local`` is bound to
+  no remote but holds a complete dataset (an ``MDSWriter`` output: its ``index.json`` and every
+  file it names at full size, raw or compressed), that dataset is read in place, as the
+  reference reads a local index without looking at the remote, with one warning. It stays
+  unbound, and the catalog treats it as local-only data (no remote to fetch from, never
+  evicted). A ``local`` that holds an index but not every file of it is then one error of the
+  store's type naming the remote, the reason and the local directory with what it lacks.
 
 A large index (>= ``COMPACT_MIN`` bytes; 100k shards are ~33 MB) is also kept parsed, as a
 compact copy (:meth:`ShardTable.to_compact`: mapped int columns, no per-shard objects) under
@@ -37,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, overload
@@ -75,6 +83,9 @@ INDEX = "index.json"
 COMPACT = "index.compact"  # under .astream/: the parsed copy of a large index (see load_index)
 COMPACT_MIN = 1 << 20  # index.json bytes from which a compact copy is kept
 _T = TypeVar("_T")
+# indexes read in place from an unbound local copy because the remote's could not be read (see
+# load_index): by id, while the Index lives; the Catalog makes their streams local-only
+_LOCAL_COPIES: weakref.WeakValueDictionary[int, Index] = weakref.WeakValueDictionary()
 
 
 @dataclass(frozen=True)
@@ -102,6 +113,11 @@ class Catalog:
     def __init__(self, sources: list[StreamSource]) -> None:
         if not sources:
             raise ConfigError("a dataset needs at least one stream")
+        # a complete local copy read in place (its remote's index unreadable): local-only data
+        sources = [
+            replace(src, remote=None) if _LOCAL_COPIES.get(id(src.index)) is src.index else src
+            for src in sources
+        ]
         self.sources = sources
         tables = [src.index.table for src in sources]
         self.stream_sizes: list[np.ndarray[Any, np.dtype[np.int64]]] = [
@@ -301,11 +317,7 @@ async def load_index(store: ObjectStore | None, local: str) -> Index:
     try:
         data = await store.get_range(INDEX)
     except StorageError as exc:
-        warm = _warm_copy(local, bound)
-        if warm is None:
-            raise
-        _warn_warm(remote, exc, local, warm)
-        return warm
+        return _unreadable(remote, exc, local, bound)
     digest = index_digest(data)
     old = _read(path)
     same = old == data
@@ -339,6 +351,72 @@ async def load_index(store: ObjectStore | None, local: str) -> Index:
         write_binding(local, Binding(remote, digest))
     _keep_compact(compact, local, index, data, digest, head, readable)
     return index
+
+
+def _unreadable(remote: str, exc: StorageError, local: str, bound: Binding | None) -> Index:
+    """The index to read when the remote's cannot be read (``exc``): the complete copy
+    ``local`` holds of the dataset it is bound to, or the complete dataset an unbound ``local``
+    holds (an ``MDSWriter`` output, read in place as local-only data); else ``exc`` itself when
+    ``local`` holds no index, or an error of its type naming the remote and ``local`` with
+    what ``local`` lacks."""
+    warm = _warm_copy(local, bound)
+    if warm is not None:
+        _warn_warm(remote, exc, local, warm)
+        return warm
+    path = os.path.join(local, INDEX)
+    data = _read(path)
+    if data is None:
+        raise exc
+    index = _parse_or_none(data, path)
+    why: str | None
+    if index is None:
+        why = f"its {INDEX} cannot be parsed"
+    elif bound is not None and index_digest(data) != bound.digest:
+        why = f"its {INDEX} is not the one of {bound.remote} it was bound to"
+    else:
+        why = _lacking(local, index, raw_only=bound is not None)
+    if why is None and index is not None:  # an unbound, complete dataset: read it in place
+        warnings.warn(
+            f"the index of {remote} cannot be read ({exc}); reading the complete dataset in "
+            f"{local} in place ({len(index.shards)} shards, bound to no remote): local-only "
+            "data, never evicted",
+            stacklevel=3,
+        )
+        _LOCAL_COPIES[id(index)] = index
+        return index
+    err = type(exc)(
+        f"the index of {remote} cannot be read ({exc}), and local={local!r} holds no complete "
+        f"copy to read instead: {why}",
+        retryable=exc.retryable,
+    )
+    err.url = exc.url
+    raise err from exc
+
+
+def _lacking(local: str, index: Index, *, raw_only: bool) -> str | None:
+    """What ``local`` lacks of ``index``'s files (the first one missing or of another size:
+    each shard's data file and a split shard's meta file, compressed or raw, only raw with
+    ``raw_only``), or None when it holds them all."""
+    for i, entry in enumerate(index.shards):
+        for raw, zipped in ((entry.raw_data, entry.zip_data), (entry.raw_meta, entry.zip_meta)):
+            if raw is None:
+                continue
+            options = [raw] if raw_only or zipped is None else [zipped, raw]
+            found = [(info, _size(os.path.join(local, info.basename))) for info in options]
+            if any(size == info.bytes for info, size in found):
+                continue
+            for info, size in found:
+                if size is not None:
+                    return f"shard {i}: {info.basename} has {size} bytes, not {info.bytes}"
+            return f"shard {i}: {options[0].basename} is missing"
+    return None
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return None
 
 
 def _warn_warm(remote: str, exc: StorageError, local: str, warm: Index) -> None:
@@ -376,11 +454,7 @@ async def _revalidate(
     except StorageError as exc:
         if not exc.retryable:
             return None  # e.g. a server that refuses HEAD: the GET decides
-        warm = _warm_copy(local, bound)  # unreachable: as when the GET fails
-        if warm is None:
-            raise
-        _warn_warm(store.url, exc, local, warm)
-        return warm
+        return _unreadable(store.url, exc, local, bound)  # unreachable: as when the GET fails
     if info.etag and info.size == size:
         meta = compact_meta(compact)
         if (
