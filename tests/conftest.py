@@ -9,6 +9,7 @@ their own fixtures on top of these.
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -206,3 +207,27 @@ def make_proxy() -> Iterator[Callable[..., FaultProxy]]:
     yield make
     for p in proxies:
         p.stop()
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Any) -> Iterator[Callable[[int], str]]:
+    """``tmpfs(kib)``: a directory on a tmpfs of that size (a disk that fills up), unmounted
+    after the test. Mounting needs root: without it the test is skipped, saying so."""
+    mounted: list[str] = []
+
+    def mount(kib: int) -> str:
+        d = tmp_path / f"tmpfs{len(mounted)}"
+        d.mkdir()
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(d)],
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a small tmpfs here (needs root): {r.stderr.strip()}")
+        mounted.append(str(d))
+        return str(d)
+
+    yield mount
+    for d in mounted:
+        subprocess.run(["umount", "-l", d], check=False)

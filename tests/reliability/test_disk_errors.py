@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
@@ -28,20 +27,8 @@ from .conftest import ROOT, check_samples, job_env
 
 
 @pytest.fixture
-def small_disk(tmp_path) -> Iterator[str]:
-    d = tmp_path / "disk"
-    d.mkdir()
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(d)],
-        capture_output=True,
-        text=True,
-    )
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root): {r.stderr.strip()}")
-    try:
-        yield str(d)
-    finally:
-        subprocess.run(["umount", "-l", str(d)], check=False)
+def small_disk(tmpfs):
+    return tmpfs(512)
 
 
 def _index(path: str):

@@ -6,6 +6,9 @@ partitions under any pyspark 4 install: one column per Spark type that maps to a
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 ROWS = 100_000
@@ -55,3 +58,26 @@ def build(spark: Any, rows: int = ROWS, partitions: int = PARTITIONS) -> Any:
 
 # The arrays are cast to ``array<T>`` (containsNull=true): the reference's type table compares
 # whole types, so it refuses ``ArrayType(IntegerType(), containsNull=False)``; astream does not.
+
+
+def local_spark(app: str, master: str, module: str) -> Iterator[Any]:
+    """A local SparkSession for a test module (UI off, 2 shuffle partitions, errors only in
+    the log), its workers on this interpreter. ``module``'s functions are pickled by value:
+    Spark's workers cannot import a test module by name."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark import cloudpickle
+    from pyspark.sql import SparkSession
+
+    cloudpickle.register_pickle_by_value(sys.modules[module])
+    session = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -21,6 +21,7 @@ import pytest
 
 from astream.errors import EmptyDatasetError
 from astream.local import LocalDataset
+from tests.writer import spark_frame as sf
 
 Cli = Callable[..., tuple[int, str]]
 
@@ -109,23 +110,8 @@ def test_dataframe_to_mds_from_plain_python(tmp_path: Path) -> None:
 class TestSpark:
     @pytest.fixture(scope="class")
     def spark(self) -> Iterator[Any]:
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        from pyspark import cloudpickle
-        from pyspark.sql import SparkSession
-
-        # _no_samples lives in this module, which Spark's workers cannot import by name
-        cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-        session = (
-            SparkSession.builder.master("local[2]")
-            .appName("astream-engine-edges")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
-        )
-        session.sparkContext.setLogLevel("ERROR")
-        yield session
-        session.stop()
+        # _no_samples lives in this module
+        yield from sf.local_spark("astream-engine-edges", "local[2]", __name__)
 
     def test_cli_errors_are_one_line(self, spark: Any, cli: Cli, tmp_path: Path) -> None:
         missing = tmp_path / "nope.jsonl"

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import stat
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -103,20 +102,8 @@ def test_local_store_files_follow_the_umask(tmp_path: Any, umask: int) -> None:
 
 
 @pytest.fixture
-def small_disk(tmp_path: Any) -> Iterator[str]:
-    d = tmp_path / "disk"
-    d.mkdir()
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(d)],
-        capture_output=True,
-        text=True,
-    )
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root): {r.stderr.strip()}")
-    try:
-        yield str(d)
-    finally:
-        subprocess.run(["umount", "-l", str(d)], check=False)
+def small_disk(tmpfs: Callable[[int], str]) -> str:
+    return tmpfs(256)
 
 
 NEED = re.compile(r"cannot write (\S+): (.+?) \((\d+) bytes needed(?:, (\d+) bytes free there)?\)")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,24 +28,9 @@ GOLDEN = Path(__file__).parent / "golden" / "spark_reference.json"
 
 @pytest.fixture(scope="module")
 def spark(s3_server: Any) -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark import cloudpickle
-    from pyspark.sql import SparkSession
-
-    # The UDFs below live in this module, which Spark's workers cannot import by name.
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-    # local[2,2]: 2 cores, a task may fail once and is retried (spark.task.maxFailures).
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("astream-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    # local[2,2]: 2 cores, a task may fail once and is retried (spark.task.maxFailures); the
+    # UDFs below live in this module
+    yield from sf.local_spark("astream-tests", "local[2,2]", __name__)
 
 
 @pytest.fixture(scope="module")
