@@ -268,3 +268,19 @@ def test_windows_are_recomputed_past_their_middle_only(horizon: int) -> None:
     for k in range(1, len(nows) + 1):
         future.next_use(np.arange(12), [nows[k - 1]])
         assert future.windows == _expected_windows(nows[:k], bs, horizon, steps), nows[:k]
+
+
+def test_defaults_and_partial_skips() -> None:
+    plan, world = _sizes_plan(bs=4), World(1, 2, 2)
+    assert node_steps(plan, world) == node_steps(plan, world, 0) != node_steps(plan, world, 5)
+    clock = ConsumerClock.for_consumer(plan, world, 1, 1)
+    assert (clock.future.start, clock.first, clock.tick(2)) == (0, 1, clock.tick(2, 0))
+    assert clock.tick(2) == (1 + 2 * 2) * 4
+    # a skip that is not a whole number of batches: the batches fully yielded count
+    assert ConsumerClock.for_consumer(plan, world, 1, 1, 0, 4 + 3).first == 1 + 1 * 2
+    # batch size 1: the horizon is the horizon in samples
+    one = _sizes_plan(bs=1)
+    assert NodeFuture(one, World(1, 1, 1), 0, horizon_samples=7).horizon == 7
+    # with one sample per batch every default shows: start 0, skip 0
+    assert node_steps(one, World(1, 1, 1)) == 60 != node_steps(one, World(1, 1, 1), 1)
+    assert ConsumerClock.for_consumer(one, World(1, 1, 2), 0, 1).first == 1
