@@ -658,6 +658,13 @@ class EpochPlan:
         """(first dealt position, positions in the epoch) on ``world`` resuming at ``start``."""
         return start, self.num_samples
 
+    def dealt_span(self, world: World, start: int = 0) -> tuple[int, int]:
+        """(first position dealt, positions of the layout) on ``world`` resuming at ``start``:
+        a reference plan rounds ``start`` down to a multiple of the nodes and widens its layout
+        for more nodes than canonical ones; astream's own order does neither."""
+        self._deal(world, start)  # a reference plan takes the World's layout here
+        return self._span(world, start)
+
     def padded_num_samples(self, world: World, start: int = 0) -> int:
         """Samples dealt to all ranks together from ``start`` on, padding included."""
         r, c = self._deal(world, start)

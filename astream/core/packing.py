@@ -260,8 +260,9 @@ class StreamLayout:
             )
         world.check_rank(rank)
         world.check_worker(stream)
-        self.start = int(start)
-        self.num_samples = int(plan.num_samples)
+        first, total = plan.dealt_span(world, start)  # a reference layout rounds and widens
+        self.start = int(first)
+        self.num_samples = int(total)
         self.ranks = world.num_ranks
         self.workers = world.workers_per_rank
         node, local = divmod(rank, world.ranks_per_node)
