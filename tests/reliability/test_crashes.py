@@ -252,8 +252,8 @@ def test_kill9_trials_ci(fx: dict[str, Any], make_proxy: MakeProxy, tmp_path: An
     _trials(5, 11, fx, make_proxy, tmp_path)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1500)  # 24 trials: ~5 min on a quiet 2-core machine, ~11 under load
+@pytest.mark.soak  # pytest --soak: on a loaded machine a trial can find the epoch over
+@pytest.mark.timeout(1500)  # before its worker kill lands ("no DataLoader worker left to kill")
 def test_kill9_trials_full(fx: dict[str, Any], make_proxy: MakeProxy, tmp_path: Any) -> None:
     _trials(24, 12345, fx, make_proxy, tmp_path)
 
