@@ -227,11 +227,19 @@ def write_readme(rows: list[tuple[str, int, int, int, int, float]]) -> None:
         "killed by a new test or listed in [equivalent.txt](equivalent.txt) with the reason it",
         "cannot change behaviour. Score: killed / (mutants - equivalent).",
         "",
-        "| module | mutants | killed | equivalent | survived | score |",
-        "|---|---:|---:|---:|---:|---:|",
+        "Each row was measured at the commit named in its file; tests added after that commit",
+        "are not counted until the module is run again.",
+        "",
+        "| module | commit | mutants | killed | equivalent | survived | score |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for name, total, killed, equiv, survived, score in rows:
-        lines.append(f"| `{name}` | {total} | {killed} | {equiv} | {survived} | {score:.1%} |")
+        head = (OUT / f"{name}.txt").read_text().split("\n", 1)[0]
+        found = re.search(r"commit ([0-9a-f]{7})", head)
+        sha = found.group(1) if found else "working tree"
+        lines.append(
+            f"| `{name}` | {sha} | {total} | {killed} | {equiv} | {survived} | {score:.1%} |"
+        )
     (OUT / "README.md").write_text("\n".join(lines) + "\n")
 
 
