@@ -246,11 +246,11 @@ def _level_counts(arr: Any) -> Any:
     import numpy as np
     import pyarrow as pa
 
-    from astream.runtime.parquet_read import _flat
+    from astream.runtime.parquet_values import flat_values
 
     if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
         return np.ones(len(arr), np.int64)
-    offs = _flat(arr.offsets).astype(np.int64)  # not to_numpy: it imports pandas
+    offs = flat_values(arr.offsets).astype(np.int64)  # not to_numpy: it imports pandas
     child = _level_counts(arr.values)
     cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(child, dtype=np.int64)])
     return np.maximum(cum[offs[1:]] - cum[offs[:-1]], 1)

@@ -55,9 +55,8 @@ from astream.errors import FormatError
 from astream.runtime.cache import TMP_MARK, ShardFiles
 from astream.runtime.fetch import RemoteShard
 from astream.runtime.locks import FileLock
-from astream.runtime.parquet_values import _flat as _flat  # re-exported: parquet_range uses it
-from astream.runtime.parquet_values import _offsets, _valid
 from astream.runtime.parquet_values import column_values as _column_values
+from astream.runtime.parquet_values import flat_values, list_offsets, validity
 
 __all__ = ["RowGroupHandle", "decode_row_group", "row_group_remote_shard"]
 
@@ -540,7 +539,7 @@ def _validity(arr: Any) -> Any:
 
     if not arr.null_count:
         return None
-    valid = _valid(arr)
+    valid = validity(arr)
     assert valid is not None
     return ~np.asarray(valid, bool)
 
@@ -584,10 +583,10 @@ def row_group_table(handle: RowGroupHandle, entry: RowGroupShard, layout: Any) -
             else:
                 if np_dtype(t) != c.dtype:
                     raise FormatError(f"column {c.name!r} is {t}, expected {c.dtype}")
-                vals = _flat(arr)
+                vals = flat_values(arr)
             small.append(np.ascontiguousarray(vals).view(np.uint8).reshape(n, int(c.size or 0)))
             continue
-        offs = np.asarray(_offsets(arr), np.int64)
+        offs = np.asarray(list_offsets(arr), np.int64)
         if c.kind == "array":
             child = arr.values
             item = c.dtype.itemsize
@@ -625,7 +624,7 @@ def null_error(handle: RowGroupHandle, entry: RowGroupShard, rows: list[int], so
         what = "null"
         listy = pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)
         if not hit and listy and arr.values.null_count:
-            inner = _null_elements(arr.values, np.asarray(_offsets(arr), np.int64))
+            inner = _null_elements(arr.values, np.asarray(list_offsets(arr), np.int64))
             hit = [r for r in rows if inner[r]]
             what = "a list holding a null"
         if hit:

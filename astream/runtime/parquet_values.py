@@ -36,13 +36,20 @@ from typing import Any
 
 from astream.errors import ConfigError
 
-__all__ = ["check_columns", "column_values", "unsupported"]
+__all__ = [
+    "check_columns",
+    "column_values",
+    "flat_values",
+    "list_offsets",
+    "unsupported",
+    "validity",
+]
 
 
 # -- per-row values ----------------------------------------------------------------------------
 
 
-def _valid(arr: Any) -> list[bool] | None:
+def validity(arr: Any) -> list[bool] | None:
     """Per row, whether it is not null (None when no row is), from the validity bitmap."""
     import numpy as np
 
@@ -59,7 +66,7 @@ def _numeric(t: Any) -> bool:
     return bool(pa.types.is_integer(t) or (pa.types.is_floating(t) and not pa.types.is_float16(t)))
 
 
-def _flat(arr: Any) -> Any:
+def flat_values(arr: Any) -> Any:
     """A numeric array as a NumPy view of its data buffer (no copy; pyarrow's ``to_numpy``
     imports pandas, ~0.3-1 s in each fresh worker). Slots under nulls hold whatever the
     writer left there: callers mask them."""
@@ -70,7 +77,7 @@ def _flat(arr: Any) -> Any:
     return data[arr.offset : arr.offset + len(arr)]
 
 
-def _offsets(arr: Any) -> list[int]:
+def list_offsets(arr: Any) -> list[int]:
     """The ``len(arr) + 1`` value offsets of a list/binary/string array, as ints."""
     import numpy as np
     import pyarrow as pa
@@ -86,7 +93,7 @@ def _holes(child: Any, offsets: list[int]) -> Any:
     elements' validity (``child``'s positions)."""
     import numpy as np
 
-    valid = _valid(child)
+    valid = validity(child)
     if valid is None:
         return None, None
     ok = np.asarray(valid, dtype=bool)
@@ -157,12 +164,12 @@ def column_values(col: Any) -> Any:
         # the child is the whole values array (a sliced list's child is not sliced): the
         # offsets index it, and so does its validity
         vals = arr.values
-        offsets = _offsets(arr)
+        offsets = list_offsets(arr)
         holes, ok = _holes(vals, offsets)
-        return _ListColumn(_flat(vals), offsets, _valid(arr), holes, ok)
+        return _ListColumn(flat_values(vals), offsets, validity(arr), holes, ok)
     if _numeric(t):
-        values: list[Any] = _flat(arr).tolist()
-        valid = _valid(arr)
+        values: list[Any] = flat_values(arr).tolist()
+        valid = validity(arr)
         if valid is not None:
             values = [x if ok else None for x, ok in zip(values, valid)]
         return values
@@ -170,7 +177,7 @@ def column_values(col: Any) -> Any:
     if text or pa.types.is_binary(t) or pa.types.is_large_binary(t):
         buf = arr.buffers()[2]
         data = memoryview(buf) if buf is not None else memoryview(b"")
-        return _BytesColumn(data, _offsets(arr), _valid(arr), text)
+        return _BytesColumn(data, list_offsets(arr), validity(arr), text)
     return list(arr.to_pylist())
 
 
