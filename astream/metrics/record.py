@@ -115,35 +115,12 @@ def process_record(dataset: Any, worker: int | None, *, cache: bool = False) -> 
 
 def cache_bytes(roots: Iterable[str]) -> int | None:
     """Bytes in the cache directories ``roots`` right now, counted as ``cache_limit`` counts
-    them: every file but ``index.json`` and what lies under ``.astream``, temporary files of
-    downloads in progress included. A scan, for a reader outside the job (``astream top``),
-    which must not touch the cache. None when no root could be listed."""
-    seen: set[str] = set()
-    total = 0
-    listed = False
-    for root in roots:
-        stack = [os.path.abspath(root)]
-        while stack:
-            d = stack.pop()
-            if d in seen:
-                continue
-            seen.add(d)
-            try:
-                with os.scandir(d) as it:
-                    entries = list(it)
-            except OSError:  # gone, or not ours to read
-                continue
-            listed = True
-            for e in entries:
-                try:
-                    if e.is_dir(follow_symlinks=False):
-                        if e.name != ".astream":
-                            stack.append(e.path)
-                    elif e.name != "index.json":
-                        total += e.stat(follow_symlinks=False).st_size
-                except OSError:
-                    continue  # deleted or renamed since the listing
-    return total if listed else None
+    them (:func:`astream.runtime.cache.scan`), for a reader outside the job (``astream top``):
+    directories it may not read are skipped. None when no root could be listed."""
+    from astream.runtime.cache import scan
+
+    got = scan(roots, unreadable_ok=True)
+    return got.usage if got.listed else None
 
 
 def worker_label(rec: Record) -> str:

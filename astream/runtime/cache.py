@@ -52,7 +52,7 @@ from astream.core.eviction import NEVER, check_policy, eviction_order
 from astream.errors import AstreamError, CacheError
 from astream.runtime.locks import FileLock, lock_path, waiters
 
-__all__ = ["CacheSpace", "ShardFiles", "TMP_MARK", "disk_error", "unlink_shard"]
+__all__ = ["CacheSpace", "ShardFiles", "TMP_MARK", "disk_error", "scan", "unlink_shard"]
 
 TMP_MARK = ".tmp-"
 
@@ -141,6 +141,57 @@ class _Scan:
     usage: int = 0
     present: dict[str, float] = field(default_factory=dict)  # abs path -> mtime
     tmps: list[str] = field(default_factory=list)
+    listed: bool = False
+
+
+def scan(roots: Iterable[str], *, unreadable_ok: bool = False) -> _Scan:
+    """What ``cache_limit`` counts under ``roots``: every file but ``index.json`` files and
+    what lies under ``.astream/``, temporary files of downloads in flight included. A root that
+    is missing is empty; one that cannot be read raises, unless ``unreadable_ok`` (a reader
+    outside the job, ``astream top``), which skips it. ``listed``: whether any root was read."""
+    out = _Scan()
+    stack = [os.path.abspath(r) for r in roots]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            if not unreadable_ok:
+                raise
+            continue
+        out.listed = True
+        listed = {e.name for e in entries}
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                if e.name != ".astream":
+                    stack.append(e.path)
+                continue
+            if e.name == "index.json":
+                continue
+            path = e.path
+            try:
+                st = e.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                # Gone since the listing: deleted, or a finished download renamed to its
+                # final name, which the listing may not hold yet. Count the final file.
+                cut = e.name.rfind(TMP_MARK)
+                if cut < 0 or e.name[:cut] in listed:
+                    continue
+                path = os.path.join(d, e.name[:cut])
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    continue
+                listed.add(e.name[:cut])
+            out.usage += st.st_size
+            if TMP_MARK in os.path.basename(path):
+                out.tmps.append(path)
+            else:
+                out.present[path] = st.st_mtime
+    return out
 
 
 class CacheSpace:
@@ -202,44 +253,7 @@ class CacheSpace:
 
     # -- scanning ------------------------------------------------------------------------------
     def _scan(self) -> _Scan:
-        scan = _Scan()
-        stack = list(self.roots)
-        while stack:
-            d = stack.pop()
-            try:
-                with os.scandir(d) as it:
-                    entries = list(it)
-            except FileNotFoundError:
-                continue
-            listed = {e.name for e in entries}
-            for e in entries:
-                if e.is_dir(follow_symlinks=False):
-                    if e.name != ".astream":
-                        stack.append(e.path)
-                    continue
-                if e.name == "index.json":
-                    continue
-                path = e.path
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    # Gone since the listing: deleted, or a finished download renamed to its
-                    # final name, which the listing may not hold yet. Count the final file.
-                    cut = e.name.rfind(TMP_MARK)
-                    if cut < 0 or e.name[:cut] in listed:
-                        continue
-                    path = os.path.join(d, e.name[:cut])
-                    try:
-                        st = os.stat(path)
-                    except FileNotFoundError:
-                        continue
-                    listed.add(e.name[:cut])
-                scan.usage += st.st_size
-                if TMP_MARK in os.path.basename(path):
-                    scan.tmps.append(path)
-                else:
-                    scan.present[path] = st.st_mtime
-        return scan
+        return scan(self.roots)
 
     def usage(self) -> int:
         """Bytes under the roots right now (what the limit bounds)."""
