@@ -4,7 +4,6 @@
 #   bash scripts/test.sh            every test, slow ones included (what CI runs)
 #   bash scripts/test.sh --quick    the developer loop: no slow tests, no heavy modules
 #   bash scripts/test.sh --stress   every test with two CPU-bound processes running beside it
-#   bash scripts/test.sh --soak     every test and the soaks (long fault trials, marked soak)
 #
 # Extra arguments go to pytest (a path, -k EXPR, -x ...). The tests start and stop their own
 # emulators (moto S3, fake-gcs-server, Azurite, an aiohttp HTTP server) on 127.0.0.1; Azurite
@@ -15,13 +14,11 @@ mode=full
 case "${1:-}" in
   --quick) mode=quick; shift ;;
   --stress) mode=stress; shift ;;
-  --soak) mode=soak; shift ;;
 esac
 bash scripts/setup.sh --emulators
 export PATH="$PWD/.tools/node_modules/.bin:$PATH"
 args=()
 [ "$mode" = quick ] && args+=(--quick)
-[ "$mode" = soak ] && args+=(--soak)
 hogs=()
 stop_hogs() {
   if [ ${#hogs[@]} -gt 0 ]; then

@@ -52,12 +52,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="the developer loop: leave out the slow tests and the heavy modules (QUICK_OUT)",
     )
-    parser.addoption(
-        "--soak",
-        action="store_true",
-        help="also run the soaks (marked soak): long fault trials whose timing is not yet "
-        "robust on a loaded machine",
-    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -69,7 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # What `--quick` (scripts/test.sh --quick) leaves out besides the tests marked slow: modules
 # whose cost is mostly starting processes (torchrun, Spark, Ray, DataLoader workers under
-# spawn), soaks and benchmarks. The default run and CI run everything.
+# spawn), kill trials and benchmarks. The default run and CI run everything.
 QUICK_OUT = (
     "tests/bench/",
     "tests/trainers/",
@@ -100,12 +94,12 @@ QUICK_OUT = (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    quick, soak = config.getoption("--quick"), config.getoption("--soak")
+    quick = config.getoption("--quick")
     keep, out = [], []
     for item in items:
         path = item.nodeid.split("::")[0]
         heavy = quick and ("slow" in item.keywords or path.startswith(QUICK_OUT))
-        (out if heavy or ("soak" in item.keywords and not soak) else keep).append(item)
+        (out if heavy else keep).append(item)
     if out:
         config.hook.pytest_deselected(items=out)
         items[:] = keep

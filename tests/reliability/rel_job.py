@@ -3,7 +3,8 @@
 Runs ``--epochs`` epochs through a StreamingDataLoader and, per batch, appends one JSON line
 ``{"epoch": e, "ids": [...], "bad": [...]}`` to ``--out`` (flushed, so a killed job leaves what
 it consumed); ``bad`` lists ids whose bytes differ from :func:`payload`. Prints ``READY`` once
-the first batch arrived (the SIGINT test waits for it).
+the first batch arrived (the SIGINT test waits for it); with ``--tell-batches``, also
+``BATCH n`` after the n-th batch of the run is written (the kill trials kill at a batch).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def main() -> None:
     p.add_argument("--cache-limit", default=None)
     p.add_argument("--endpoint", default=None)
     p.add_argument("--shuffle", action="store_true")
+    p.add_argument("--tell-batches", action="store_true")
     a = p.parse_args()
     opts = {"endpoint_url": a.endpoint} if a.endpoint else None
     ds = StreamingDataset(
@@ -45,6 +47,7 @@ def main() -> None:
         download_timeout=20,
     )
     loader = StreamingDataLoader(ds, batch_size=a.batch, num_workers=a.workers, collate_fn=collate)
+    told = 0
     with open(a.out, "a") as f:
         for epoch in range(a.epochs):
             for n, (ids, bad) in enumerate(loader):
@@ -52,6 +55,9 @@ def main() -> None:
                 f.flush()
                 if n == 0 and epoch == 0:
                     print("READY", flush=True)
+                if a.tell_batches:
+                    print(f"BATCH {told}", flush=True)
+                    told += 1
     sys.exit(0)
 
 

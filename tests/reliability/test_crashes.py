@@ -141,15 +141,18 @@ def run_trials(
             limit = rng.choice([None, "120kb"])  # 120 KiB: ~3 shards, constant eviction
             workers = rng.choice([0, 2])
             victim = rng.choice(["main", "worker"]) if workers else "main"
-        # half the kills land during the first downloads, half after the first batch
+        # half the kills land during the first downloads (a drawn delay after the first shard
+        # GET), half after a drawn batch of the epoch: an event, so the worker that a late kill
+        # needs is alive on any machine (an epoch has 150 batches; the workers end near 146)
         early = t % 2 == 0 if n <= len(CI_TRIALS) else rng.random() < 0.5
-        delay = rng.uniform(0.0, 0.03) if early else rng.uniform(0.0, 0.6)
+        delay = rng.uniform(0.0, 0.03) if early else 0.0
+        at = 0 if early else rng.randint(0, 60)
         # caches are reused across trials, as in real life; a kill meant to land mid-download
         # gets a cold cache of its own (a warm, complete one would download nothing)
         local = str(tmp / (f"cache-{kind}-{t}" if early else f"cache-{kind}"))
         out = str(tmp / f"out-{t}")
         args = ["--remote", urls[kind], "--local", local, "--endpoint", proxy.url]
-        args += ["--workers", str(workers), "--shuffle", "--batch", "8"]
+        args += ["--workers", str(workers), "--shuffle", "--batch", "8", "--tell-batches"]
         if limit:
             args += ["--cache-limit", limit]
         proxy.configure(**slow)
@@ -164,12 +167,20 @@ def run_trials(
             else:
                 assert p.stdout is not None
                 assert p.stdout.readline().strip() == "READY"
+                for line in p.stdout:
+                    if line.strip() == f"BATCH {at}":
+                        break
+                else:
+                    raise AssertionError(f"{where}: the job ended before its batch {at}")
             time.sleep(delay)
             reqs, sent = shard_traffic(proxy)
             flying = sorted(q for q in reqs if sent[q] < sizes[q.rsplit("/", 1)[1]] * reqs[q])
             if victim == "worker":
                 victims = loader_workers(p.pid)
-                assert victims, f"{where}: no DataLoader worker left to kill"
+                assert victims, (
+                    f"{where}: no DataLoader worker left to kill (job exit {p.poll()}, "
+                    f"{len(read_out(out + '.killed'))} batches written)"
+                )
                 os.kill(rng.choice(victims), signal.SIGKILL)
             else:
                 os.killpg(p.pid, signal.SIGKILL)
@@ -203,10 +214,10 @@ def run_trials(
         tmps = [n for n in os.listdir(local) if ".tmp-" in n]
         assert not tmps, f"trial {t}: leftovers {tmps}"
         assert FileLock(os.path.join(local, ".astream", "cache.lock")).try_exclusive()
-        moment = "first shard GET" if early else "first batch"
+        moment = f"first shard GET+{delay:.3f}s" if early else f"batch {at}"
         log.append(
-            f"trial {t}: {kind} limit={limit} workers={workers} kill {victim} at "
-            f"{moment}+{delay:.3f}s ({sum(reqs.values())} shard GETs started, "
+            f"trial {t}: {kind} limit={limit} workers={workers} kill {victim} at {moment} "
+            f"({sum(reqs.values())} shard GETs started, "
             f"{len(flying)} in flight, {consumed} batches in) -> rerun exact"
         )
     # the slowed wire (600 KB/s, 40 KB shards) keeps a shard download in flight at most
@@ -252,8 +263,7 @@ def test_kill9_trials_ci(fx: dict[str, Any], make_proxy: MakeProxy, tmp_path: An
     _trials(5, 11, fx, make_proxy, tmp_path)
 
 
-@pytest.mark.soak  # pytest --soak: on a loaded machine a trial can find the epoch over
-@pytest.mark.timeout(1500)  # before its worker kill lands ("no DataLoader worker left to kill")
+@pytest.mark.timeout(1500)
 def test_kill9_trials_full(fx: dict[str, Any], make_proxy: MakeProxy, tmp_path: Any) -> None:
     _trials(24, 12345, fx, make_proxy, tmp_path)
 
