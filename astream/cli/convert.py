@@ -20,6 +20,7 @@ import os
 import queue
 import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
@@ -134,7 +135,7 @@ def _prepare_out(out: str, workers: int, exist_ok: bool) -> None:
 
         # refused unless --exist-ok; with it and several workers, emptied now (the parts and
         # the merged index are written under it next); one writer replaces it itself
-        check_remote_out(out, exist_ok, replace=workers > 1)
+        check_remote_out(out, exist_ok, replace=workers > 1 and not out.startswith("hf://"))
         return
     path = local_path(out)
     if os.path.isdir(path) and os.listdir(path):
@@ -225,6 +226,9 @@ def run(args: argparse.Namespace) -> int:
     workers = min(args.workers, total)
     args.workers = workers
     _prepare_out(args.out, workers, args.exist_ok)
+    hub_out = None
+    if workers > 1 and args.out.startswith("hf://"):  # staged here, then ONE commit
+        hub_out, args.out = args.out, tempfile.mkdtemp(prefix="astream-convert-")
     show = sys.stderr.isatty() if args.progress is None else args.progress
     t0 = time.perf_counter()
     with tqdm(total=total, unit="samples", disable=not show, file=sys.stderr) as bar:
@@ -251,8 +255,17 @@ def run(args: argparse.Namespace) -> int:
                 _init_worker(None)
         else:
             _run_workers(args, src, columns, total, bar, inferred_from)
+    if hub_out is not None:
+        from astream.writer.hfsink import publish_folder
+
+        try:
+            publish_folder(args.out, hub_out, args.exist_ok)
+            index = read_index(args.out)
+        finally:
+            shutil.rmtree(args.out, ignore_errors=True)
+        args.out = hub_out
     dt = time.perf_counter() - t0
-    index = read_index(args.out)
+    index = read_index(args.out) if hub_out is None else index
     stored = sum((s.zip_data or s.raw_data).bytes for s in index.shards)
     cols = ", ".join(f"{k}:{v}" for k, v in columns.items())
     print(

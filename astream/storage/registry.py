@@ -25,19 +25,39 @@ SCHEMES: dict[str, tuple[str, str, str | None, tuple[str, ...]]] = {
     "file": ("astream.storage.local", "LocalBackend", None, ()),
     "http": ("astream.storage.http", "HttpBackend", None, ("aiohttp",)),
     "https": ("astream.storage.http", "HttpBackend", None, ("aiohttp",)),
+    "hf": ("astream.storage.hf", "HfBackend", None, ("aiohttp",)),
     "s3": ("astream.storage.s3", "S3Backend", "s3", ("aiobotocore", "botocore")),
-    "gs": ("astream.storage.gcs", "GcsBackend", "gcs", ("gcloud",)),
-    "gcs": ("astream.storage.gcs", "GcsBackend", "gcs", ("gcloud",)),
+    "gs": ("astream.storage.gcshmac", "open_gcs", "gcs", ("gcloud",)),
+    "gcs": ("astream.storage.gcshmac", "open_gcs", "gcs", ("gcloud",)),
     "az": ("astream.storage.azure", "AzureBackend", "azure", ("azure",)),
     "azure": ("astream.storage.azure", "AzureBackend", "azure", ("azure",)),
+    "azure-dl": ("astream.storage.adls", "AdlsBackend", "azure", ("azure",)),
+    "dbfs": ("astream.storage.dbfs", "open_dbfs", None, ()),
+    "oci": ("astream.storage.oci", "OciBackend", "s3", ("aiobotocore", "botocore")),
+    "sftp": ("astream.storage.sftp", "SftpBackend", "sftp", ("asyncssh",)),
+}
+
+# schemes the reference reads that astream refuses, and why
+UNSUPPORTED = {
+    "alipan": (
+        "alipan:// (Aliyun Drive) is not supported: the reference reaches it through a "
+        "third-party client (alipcs-py) that drives the drive's private web API with a web "
+        "refresh token (ALIPAN_WEB_REFRESH_TOKEN) and its own file encryption; that API is not "
+        "a published object-storage API astream could implement and test against. Copy the "
+        "dataset to a supported store (s3://, gs://, az://, azure-dl://, oci://, dbfs:/, "
+        "sftp://, http(s)://, or a path)"
+    ),
 }
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 
 
 def scheme_of(url: str) -> str:
-    """``"s3"`` for ``s3://b/p``; ``"file"`` for plain paths and ``file://`` URLs."""
+    """``"s3"`` for ``s3://b/p``, ``"dbfs"`` for ``dbfs:/p``; ``"file"`` for plain paths and
+    ``file://`` URLs."""
     m = _SCHEME.match(url)
+    if m is None and url[:6].lower() == "dbfs:/":
+        return "dbfs"  # Databricks spells its paths dbfs:/Volumes/..., one slash
     return m.group(1).lower() if m else "file"
 
 
@@ -47,6 +67,8 @@ def open_store(url: str, *, retry: RetryPolicy | None = None, **options: Any) ->
         raise ConfigError(f"url must be a non-empty string, got {url!r}")
     scheme = scheme_of(url)
     entry = SCHEMES.get(scheme)
+    if scheme in UNSUPPORTED:
+        raise ConfigError(f"url {url!r}: {UNSUPPORTED[scheme]}")
     if entry is None:
         known = ", ".join(sorted(f"{s}://" for s in SCHEMES))
         raise ConfigError(f"url {url!r}: unknown scheme {scheme!r} (known: {known}, or a path)")

@@ -152,6 +152,9 @@ class _Budget:
         if self.failures >= self.policy.attempts:
             raise err
         delay = self.policy.backoff(self.failures, rng)
+        asked = getattr(err, "retry_after", None)  # a 429's Retry-After (the Hub's): honoured
+        if asked is not None:
+            delay = max(delay, asked)
         if self.end is not None and self.loop.time() + delay >= self.end:
             raise self.expired(err) from err
         await asyncio.sleep(delay)

@@ -95,7 +95,6 @@ _SDK_ONLY_ENV = (
     "https_proxy",
     "all_proxy",
 )
-_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 _DNS_BUCKET = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
 _ERROR_CODE = re.compile(rb"<Code>([^<]*)</Code>")
 _ERROR_REGION = re.compile(rb"<Region>([^<]*)</Region>")
@@ -230,12 +229,14 @@ class S3Backend:
             raise ConfigError(f"url {url!r} needs the 's3' extra: pip install 'astream[s3]'")
         self._s = S3Settings.parse(url, **options)
         self.bucket, self.prefix = self._s.bucket, self._s.prefix
-        self.list_page_size = self._s.list_page_size  # read by the split listing (parquet_index)
+        self.list_page_size = self._s.list_page_size  # read by the split listing (parquet/io_index.py)
         self._sdk_s3: SdkS3 | None = None
         self._creds: Credentials | None = None
         self._target: _Target | None = None
         if direct is not False:
             found = static_credentials(self._s.unsigned)
+            if found is not False and self._s.access_key_id and self._s.secret_access_key:
+                found = Credentials(self._s.access_key_id, self._s.secret_access_key, None)
             try:
                 if found is not False:
                     region = self._s.region or "us-east-1"
@@ -300,6 +301,8 @@ class S3Backend:
         assert target is not None
         path = self._path(full)
         q = encode_query(query)
+        if self._s.requester_pays:  # MOSAICML_STREAMING_AWS_REQUESTER_PAYS names this bucket
+            headers = {**headers, "x-amz-request-payer": "requester"}
         signed = headers
         if self._creds is not None:
             now = time.time() + self._clock_offset
@@ -467,19 +470,21 @@ class S3Backend:
                 f"unreadable listing ({exc}: {data[:80]!r})", where
             ) from exc
         cut = len(self.prefix) + 1 if self.prefix else 0
+        # the answer's own namespace: S3's, or GCS's XML API's (doc.s3.amazonaws.com), or none
+        ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
         # keys come URL-encoded only where the answer says so: a server that ignores
         # ``encoding-type`` sends them as they are ("a+b" must stay "a+b"), as botocore reads them
-        encoded = root.findtext(f"{_NS}EncodingType") == "url"
+        encoded = root.findtext(f"{ns}EncodingType") == "url"
         items = []
-        for c in root.iter(f"{_NS}Contents"):
-            name = c.findtext(f"{_NS}Key") or ""
+        for c in root.iter(f"{ns}Contents"):
+            name = c.findtext(f"{ns}Key") or ""
             if encoded:
                 name = unquote_plus(name)
             items.append(
-                ObjectInfo(name[cut:], int(c.findtext(f"{_NS}Size") or 0), c.findtext(f"{_NS}ETag"))
+                ObjectInfo(name[cut:], int(c.findtext(f"{ns}Size") or 0), c.findtext(f"{ns}ETag"))
             )
-        more = root.findtext(f"{_NS}IsTruncated") == "true"
-        return items, (root.findtext(f"{_NS}NextContinuationToken") if more else None)
+        more = root.findtext(f"{ns}IsTruncated") == "true"
+        return items, (root.findtext(f"{ns}NextContinuationToken") if more else None)
 
     # -- the raw-backend operations --------------------------------------------------------
 

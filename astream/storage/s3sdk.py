@@ -228,8 +228,11 @@ class SdkS3:
                         endpoint_url=self._s.endpoint_url,
                         region_name=self._s.region or "us-east-1",
                         config=config,
+                        aws_access_key_id=self._s.access_key_id,
+                        aws_secret_access_key=self._s.secret_access_key,
                     )
                 )
+                _add_env_headers(self._client, self._s)
                 self._stack = stack
                 self._pid = os.getpid()
         return self._client
@@ -489,6 +492,30 @@ class SdkS3:
         stack, self._stack, self._client = self._stack, None, None
         if stack is not None and self._pid == os.getpid():
             await stack.aclose()
+
+
+_UPLOADS = ("PutObject", "CreateMultipartUpload", "CopyObject")
+
+
+def _add_env_headers(client: Any, settings: S3Settings) -> None:
+    """Headers the environment asks for, added to every request before it is signed:
+    ``x-amz-request-payer`` for a requester-pays bucket, ``x-amz-acl`` (``S3_CANNED_ACL``) on
+    the requests that create an object."""
+    events = client.meta.events
+    if settings.requester_pays:
+
+        def payer(request: Any, **_: Any) -> None:
+            request.headers["x-amz-request-payer"] = "requester"
+
+        events.register("before-sign.s3", payer)
+    acl = settings.canned_acl
+    if acl:
+
+        def canned(request: Any, **_: Any) -> None:
+            request.headers["x-amz-acl"] = acl
+
+        for op in _UPLOADS:
+            events.register(f"before-sign.s3.{op}", canned)
 
 
 def _plain_content(body: Any) -> Any:

@@ -35,7 +35,7 @@ def split_out(out: Any) -> tuple[str | None, str | None]:
     text = os.fspath(out)
     if text.startswith("file://"):
         return text[len("file://") :], None
-    if "://" in text:
+    if "://" in text or text[:6].lower() == "dbfs:/":  # Databricks: dbfs:/Volumes/..., one slash
         return None, text
     if not text:
         raise ConfigError("out must not be empty")

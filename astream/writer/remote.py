@@ -155,6 +155,18 @@ def make_sink(
     exist_ok: bool = False,
 ) -> RemoteSink:
     """The sink MDSWriter uses for a remote ``out``."""
+    if remote_url.startswith("hf://"):  # a Hub dataset is published as one commit
+        from astream.writer.hfsink import HfSink
+
+        return HfSink(  # type: ignore[return-value]
+            remote_url,
+            local_dir,
+            keep_local,
+            retry=retry,
+            store_options=store_options,
+            exist_ok=exist_ok,
+            max_concurrency=max_concurrency,
+        )
     return RemoteSink(
         remote_url,
         local_dir,

@@ -14,6 +14,9 @@ from astream.testing import AzuriteServer, FaultProxy, Server
 
 FAST = RetryPolicy(attempts=5, timeout=10.0, backoff_base=0.001, backoff_max=0.01)
 BACKENDS = ["local", "http", "s3", "s3-sdk", "gcs", "azure"]
+# the reference's other remotes: Databricks (test server), ADLS Gen2 through Azurite's blob
+# endpoint, OCI's S3-compatible endpoint (moto), SFTP (asyncssh's server)
+BACKENDS += ["dbfs-volumes", "dbfs", "adls", "oci", "sftp"]
 # "s3" reads by astream's own signed requests (static keys in the environment); "s3-sdk" sends
 # every request through aiobotocore (``direct=False``), as a store with other credentials does
 CLOUD = ["s3", "s3-sdk", "gcs", "azure"]
@@ -43,6 +46,14 @@ class Target:
                 options["endpoint_url"] = proxy.url
             elif self.name == "gcs":
                 options["api_root"] = proxy.url
+            elif self.name == "hf":
+                options["endpoint"] = proxy.url
+            elif self.name in ("dbfs-volumes", "dbfs"):
+                options["host"] = proxy.url
+            elif self.name == "adls":
+                options["endpoint"] = f"{proxy.url}/devstoreaccount1"
+            elif self.name == "oci":
+                options["endpoint_url"] = proxy.url
             elif self.name == "azure":
                 assert isinstance(self.server, AzuriteServer)
                 options["connection_string"] = self.server.connection_string(
@@ -88,7 +99,31 @@ def make_target(name: str, request: pytest.FixtureRequest, tmp_path: Any, **size
         srv = request.getfixturevalue("azure_server")
         opts = {**srv.store_options(), "list_page_size": 2, **sizes.get("azure", {})}
         return Target(name, f"{container}/{prefix}", opts, upstream=srv.url, server=srv)
+    if name == "hf":  # a gated Hub dataset repository, rooted at a path inside it
+        hub = request.getfixturevalue("hf_hub")
+        repo = f"org/{prefix}"
+        hub.create_repo(repo, gated=True)
+        opts = {"endpoint": hub.url, "token": HUB_TOKEN}
+        url = f"hf://datasets/{repo}/data"
+        return Target(name, url, opts, upstream=hub.url, extra={"hub": hub})
+    if name in ("dbfs-volumes", "dbfs", "adls", "oci", "sftp"):
+        from .remotes import make_remote_target
+
+        return make_remote_target(name, request, prefix)
     raise AssertionError(name)
+
+
+HUB_TOKEN = "hf_test_token"
+
+
+@pytest.fixture(scope="session")
+def hf_hub() -> Any:
+    """The test Hub (astream.testing.hub), LFS from 1 KiB, tree pages of 3 entries."""
+    from astream.testing.hub import HubServer
+
+    hub = HubServer(tokens=(HUB_TOKEN,), page_size=3, lfs_threshold=1024).start()
+    yield hub
+    hub.stop()
 
 
 SMALL_PARTS = {
@@ -114,3 +149,7 @@ def rooted_target(request: pytest.FixtureRequest, tmp_path: Any) -> Target:
 def remote_target(request: pytest.FixtureRequest, tmp_path: Any) -> Target:
     """Backends reached over HTTP, which the fault proxy can sit in front of."""
     return make_target(request.param, request, tmp_path, **SMALL_PARTS)
+
+
+# fixtures of the reference's other remotes (dbfs, adls, oci, sftp), registered here
+from .remotes import adls_filesystem, databricks_server, sftp_server  # noqa: E402, F401
