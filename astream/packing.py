@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Each consumer (a DataLoader worker of a rank, or the process iterating with ``num_workers=0``)
-packs its own stream of samples (:mod:`astream.core.packing`): worker ``w`` of rank ``g`` packs
+packs its own stream of samples (:mod:`astream.core.token_packer`): worker ``w`` of rank ``g`` packs
 the planned batches ``w::W`` of that rank from the iteration's start position ``k0``. So the
 sequences are a pure function of the data, the order settings (seed, epoch, canonical nodes,
 ``batch_size``) and the World (nodes, ranks per node, workers per rank).
@@ -24,7 +24,7 @@ starts its round-robin at worker 0, so worker ``j`` of the resumed run packs str
 
 Resuming on another World (or with another ``batch_size`` or packing options): at the sample
 boundary ``k_safe``, the lowest global position that some stream of the state had not wholly
-consumed (:class:`~astream.core.packing.StreamLayout` maps a stream's cursor to a position).
+consumed (:class:`~astream.core.token_packer.StreamLayout` maps a stream's cursor to a position).
 Every sample before ``k_safe`` was delivered whole, so no token is lost; tokens from
 ``k_safe`` on that some consumer had delivered already are delivered again. It needs the
 cursors of every rank: a single rank's state from a multi-rank job raises ``ConfigError`` there
@@ -43,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from astream.core.packing import StreamLayout, pack_tokens
+from astream.core.token_packer import StreamLayout, pack_tokens
 from astream.core.world import World
 from astream.errors import ConfigError
-from astream.placement import dataloader_worker, detect
 from astream.runtime.config import MAX_PACK_TO
+from astream.runtime.placement import dataloader_worker, detect
 from astream.shared import MAX_WORKERS, SharedInts, StaleIteration
 
 __all__ = ["KEY", "PackShared", "PackedBatch", "iter_packed", "merge_states", "setup"]
@@ -123,7 +123,7 @@ class PackShared(SharedInts):
 def setup(ds: Any, kw: dict[str, Any]) -> None:
     """Checks the packing arguments against the loaded dataset and sets ``ds.pack``,
     ``ds._pack_dtype`` and the shared resume state (``ConfigError`` naming the argument)."""
-    from astream.core.packing import check_pack, token_dtype
+    from astream.core.token_packer import check_pack, token_dtype
 
     spec = check_pack(kw["pack_to"], kw["pack_column"], kw["pack_last"], kw["pack_pad_id"])
     if spec is not None and spec.seq_len > MAX_PACK_TO:  # why: astream.runtime.config's table

@@ -67,7 +67,7 @@ TARGETS: dict[str, list[str]] = {
         "tests/engine/test_offline.py",
         "tests/cli/test_cache_bench.py",
     ],
-    "astream/runtime/parquet_index.py": [
+    "astream/parquet/io_index.py": [
         "tests/parquet/test_local.py",
         "tests/parquet/test_decode.py",
         "tests/parquet/test_compact.py",

@@ -8,6 +8,10 @@ Theory of operation
 --help`` is instant. Every :class:`~astream.errors.AstreamError` and ``OSError`` is caught
 here and printed as one line, ``astream: error: ...``, with exit code 2 (argparse's usage
 errors use 2 as well); exit code 1 is reserved for "ran fine, found a problem" (``verify``).
+
+May import: every layer (it is the top). Only ``astream.__main__`` imports it: a helper another
+layer needs lives in that layer (reading an index by URL is astream.runtime.locate).
+tests/test_layers.py checks it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Theory of operation
 The footers of every ``*.parquet`` object under the URL (or of ``--split``'s files in the
 Hugging Face layout) are read by ranged GETs, concurrently, into the index that
 ``Stream(format="parquet")`` otherwise builds in each cache directory
-(:mod:`astream.runtime.parquet_index`); it is written to ``<url>/_astream_parquet_index.bin``.
+(:mod:`astream.parquet.io_index`); it is written to ``<url>/_astream_parquet_index.bin``.
 A dataset over that URL then reads no footer at all, even with a fresh cache -- what read-only
 consumers of a shared table want. A file changed after the index was written is detected by
 its size/ETag and refused (rebuild with this command). With ``index_source="published"`` the
@@ -21,7 +21,8 @@ import json
 from typing import Any
 
 from astream.cli.common import human_bytes, is_local, local_path
-from astream.core.parquet import INDEX_NAME, ParquetTable, dump_table
+from astream.parquet.published import INDEX_NAME, dump_table
+from astream.parquet.table import ParquetTable
 
 __all__ = ["add_parser", "describe_table", "read_table", "run"]
 
@@ -43,7 +44,7 @@ def read_table(url: str, split: str | None = None, *, write: bool = False) -> Pa
     """The table's index from its footers (never from a published index); with ``write``,
     also published at ``url``/_astream_parquet_index.bin."""
     from astream import bridge
-    from astream.runtime.parquet_index import build_table
+    from astream.parquet.io_index import build_table
     from astream.storage import open_store
 
     async def go() -> ParquetTable:
@@ -61,7 +62,7 @@ def read_table(url: str, split: str | None = None, *, write: bool = False) -> Pa
 
 
 def describe_table(table: ParquetTable) -> dict[str, Any]:
-    from astream.core.parquet_pages import has_page_index
+    from astream.parquet.pages import has_page_index
 
     paged = [has_page_index(f.footer) for f in table.files]
     return {

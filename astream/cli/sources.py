@@ -204,7 +204,7 @@ class ParquetTableSource(ArrowBatches):
 
     def _read_table(self) -> Any:
         from astream import bridge
-        from astream.runtime.parquet_index import build_table
+        from astream.parquet.io_index import build_table
 
         async def go() -> Any:
             store = self._open()
@@ -280,7 +280,7 @@ async def _opened(make: Callable[[], Any]) -> Any:
 
 
 def _group_ranges(f: Any, g: int) -> list[tuple[int, int]]:
-    from astream.core.parquet import merge_ranges
+    from astream.parquet.table import merge_ranges
 
     return merge_ranges([r for c in f.row_groups[g].chunks for r in c])
 
@@ -301,14 +301,14 @@ def _decode_group(url: str, f: Any, g: int, data: bytes) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from astream.runtime.parquet_read import _ChunkFile, _file_metadata
+    from astream.parquet.arrow import ChunkFile, file_metadata
 
     ranges = tuple(_group_ranges(f, g))
     if len(data) != sum(e - s for s, e in ranges):
         raise FormatError(f"row group {g}: short read ({len(data)} bytes)", url)
-    source = _ChunkFile(memoryview(data), ranges, f.size, url)
+    source = ChunkFile(memoryview(data), ranges, f.size, url)
     try:
-        return pq.ParquetFile(source, metadata=_file_metadata(f), pre_buffer=False).read_row_group(
+        return pq.ParquetFile(source, metadata=file_metadata(f), pre_buffer=False).read_row_group(
             g, use_threads=False
         )
     except (OSError, ValueError, pa.ArrowException) as exc:

@@ -44,7 +44,7 @@ finds the room taken by its peers' prefetches of the next shuffle block). Which 
 there first is timing, so one replay cannot predict one run's bytes; the planner gives a range
 instead. :meth:`CacheReplay.epoch_timed` replays *timed* events: consumers' reads and
 prefetch *tries* (take free room only; nothing if present), in time order, from
-``astream.plan.timed_reads`` (one seeded interleaving: each consumer's start offset, each
+``astream.plan.replay.timed_reads`` (one seeded interleaving: each consumer's start offset, each
 read's moment within its step, tries ``lookahead`` steps ahead); next uses are the times of
 the next reads. The planner replays several seeds and reports min / median / max.
 """

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from astream.errors import ConfigError, FormatError
+from astream.errors import ConfigError, FormatError, SampleTypeError
 
 __all__ = [
     "Coder",
@@ -101,7 +101,7 @@ class Coder:
 def _need(value: Any, kind: type | tuple[type, ...], enc: str) -> None:
     if not isinstance(value, kind):
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise EncodeError(f"encoding {enc!r} needs a {names}, got {type(value).__name__}")
+        raise SampleTypeError(f"encoding {enc!r} needs a {names}, got {type(value).__name__}")
 
 
 # -- simple types -------------------------------------------------------------------------------

@@ -109,7 +109,7 @@ def rank_uses(
     """(tick, shard) of the first read of each shard in each of ``rank``'s batches
     ``[j0, j1)``, sorted by tick. A *tick* is ``step * batch_size + offset``: a rank reads a
     batch's shards one after the other, in order of first appearance in the batch (see
-    ``runtime/reader.batch_groups``), ``offset`` being that first appearance."""
+    ``runtime/batch_groups.batch_groups``), ``offset`` being that first appearance."""
     bs = plan.batch_size
     pos = _rank_positions(plan, world, rank, j0, j1, start)
     if not len(pos):

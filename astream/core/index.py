@@ -33,7 +33,7 @@ from astream.core.index_fast import parse_mds_fast
 from astream.core.paths import safe_relpath
 from astream.core.shard_entry import FileInfo, ShardEntry
 from astream.core.shard_table import ShardTable
-from astream.errors import ConfigError, FormatError, IndexJSONError
+from astream.errors import ConfigError, FormatError, IndexJSONError, IndexKeyError
 
 __all__ = ["FileInfo", "Index", "ShardEntry", "dump_index", "parse_index", "INDEX_BASENAME"]
 
@@ -144,7 +144,7 @@ def _parse_shard(c: _Checker, obj: Any, where: str) -> ShardEntry:
         raise c.fail(where, "expected an object")
     fmt = obj.get("format")
     if not isinstance(fmt, str) or fmt not in _KEYS:
-        raise c.fail(f"{where}.format", f"unknown shard format {fmt!r}")
+        raise IndexKeyError(f"{where}.format: unknown shard format {fmt!r}", c.source)
     keys = set(obj)
     if keys != _KEYS[fmt]:
         missing, unknown = sorted(_KEYS[fmt] - keys), sorted(keys - _KEYS[fmt])
@@ -277,7 +277,7 @@ def parse_index_validating(data: bytes, source: str) -> Index:
         raise c.fail("version", f"unsupported index version {obj['version']!r}, expected 2")
     shards = obj.get("shards")
     if not isinstance(shards, list):
-        raise c.fail("shards", "missing or not a list")
+        raise IndexKeyError("shards: missing or not a list", c.source)
     entries = [_parse_shard(c, s, f"shards[{i}]") for i, s in enumerate(shards)]
     seen: set[str] = set()
     for i, e in enumerate(entries):

@@ -82,7 +82,7 @@ from astream.core.mixing import (
 from astream.core.partition import SubPlan, locality_bound
 from astream.core.shuffle import PURPOSE_BATCHES, permutation, raw_words
 from astream.core.world import World, check_positive_int
-from astream.errors import ConfigError
+from astream.errors import ConfigError, UnknownNameError
 
 __all__ = [
     "DEFAULT_NUM_CANONICAL_NODES",
@@ -155,7 +155,7 @@ def check_options(
     """
     _check_options(shuffle_algo, sampling_method, batching_method)
     if partition_algo not in PARTITION_ALGOS:
-        raise ConfigError(
+        raise UnknownNameError(
             f"partition_algo={partition_algo!r} is not supported: use 'relaxed' or 'orig'"
         )
 
@@ -166,7 +166,7 @@ def _check_options(shuffle_algo: str, sampling_method: str, batching_method: str
             "shuffle_algo='py1b' does not exist in mosaicml-streaming 0.13.0: use 'py1br' or 'py1e'"
         )
     if shuffle_algo != "astream" and shuffle_algo not in refshuffle.REFERENCE_ALGOS:
-        raise ConfigError(f"shuffle_algo: unknown algorithm {shuffle_algo!r}")
+        raise UnknownNameError(f"shuffle_algo: unknown algorithm {shuffle_algo!r}")
     if sampling_method not in ("balanced", "fixed"):
         raise ConfigError(
             f"sampling_method: must be 'balanced' or 'fixed', got {sampling_method!r}"

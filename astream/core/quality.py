@@ -34,12 +34,14 @@ __all__ = [
 ]
 
 
-def index_order_score(ids: NDArray[np.integer]) -> float:
-    """Mean |consecutive id difference| / its expectation for a random permutation."""
+def index_order_score(ids: NDArray[np.integer], num_ids: int | None = None) -> float:
+    """Mean |consecutive id difference| / its expectation for a random permutation of
+    ``num_ids`` ids (default ``len(ids)``: ``ids`` is the whole sequence; a prefix of a longer
+    one is measured against the ids it is drawn from)."""
     ids = np.asarray(ids, np.int64)
-    n = len(ids)
-    if n < 2:
+    if len(ids) < 2:
         return 0.0
+    n = len(ids) if num_ids is None else num_ids
     return float(np.abs(np.diff(ids)).mean() / ((n + 1) / 3))
 
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from astream.errors import ConfigError
+from astream.runtime.placement import detect_resharding, resharding_error
 
 __all__ = [
     "STATE_FILE",
@@ -42,51 +42,6 @@ __all__ = [
 ]
 
 STATE_FILE = "astream_loader_state.json"
-
-# (module prefix, class name) of the wrappers that split an IterableDataset between ranks again.
-_RESHARDERS = {
-    ("accelerate", "DataLoaderDispatcher"),
-    ("accelerate", "IterableDatasetShard"),
-    ("transformers", "IterableDatasetShard"),
-}
-
-
-def detect_resharding() -> str | None:
-    """The name of an accelerate/transformers wrapper on the call stack that splits an iterable
-    dataset between ranks (and so would split astream's per-rank stream a second time), or None.
-    Imports nothing; cheap enough to call once per epoch from ``__iter__``."""
-    f: Any = sys._getframe(0)
-    while f is not None:
-        # only iterator frames and those packages' frames are asked for their locals (reading
-        # ``f_locals`` snapshots a frame's variables, which would keep the caller's objects alive)
-        code = f.f_code
-        asked = code.co_name == "__iter__" or any(
-            pkg in code.co_filename for pkg in ("accelerate", "transformers")
-        )
-        me = f.f_locals.get("self") if asked else None
-        if me is not None:
-            cls = type(me)
-            root = cls.__module__.split(".", 1)[0]
-            if (root, cls.__name__) in _RESHARDERS:
-                return f"{cls.__module__}.{cls.__name__}"
-        f = f.f_back
-    return None
-
-
-def resharding_error() -> ConfigError | None:
-    """The error for a StreamingDataset iterated under a wrapper that splits it between ranks
-    again (see :func:`detect_resharding`; called by the dataset when it runs on several ranks),
-    or None."""
-    found = detect_resharding()
-    if found is None:
-        return None
-    return ConfigError(
-        f"StreamingDataset is being split between ranks a second time by {found}: astream "
-        "already gives each rank its own part of the epoch, so this rank would see only part "
-        "of it (the Hugging Face Trainer passes iterable datasets through accelerate this way). "
-        "Use astream.integrations.hf.StreamingTrainer (or StreamingTrainerMixin) instead of "
-        "transformers.Trainer"
-    )
 
 
 def _read_state(checkpoint: str) -> dict[str, Any]:

@@ -15,6 +15,11 @@ per process); everything else is opt-in through :class:`Metrics`:
 - :mod:`astream.metrics.prometheus`: the text exposition and the HTTP endpoint;
 - :mod:`astream.metrics.otel`: OpenTelemetry observable instruments (``astream[otel]``);
 - :mod:`astream.metrics.registry`: the per-node directory where ``astream top`` finds jobs.
+
+May import: the runtime (the cache's scan), astream.errors, the package root (its version), and
+an exporter's library inside the module that needs it (prometheus_client, opentelemetry).
+Nothing below imports it: the dataset counts in :class:`~astream.runtime.stats.Stats`.
+tests/test_layers.py checks it.
 """
 
 from astream.metrics.collect import Metrics

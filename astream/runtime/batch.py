@@ -2,9 +2,9 @@
 
 Theory of operation
 -------------------
-The engine groups a planned batch's ids by shard (``reader.batch_groups``) and opens each
+The engine groups a planned batch's ids by shard (``batch_groups.batch_groups``) and opens each
 shard once. :func:`locate_batch` looks each group's samples up in the per-process
-:class:`~astream.core.batchdecode.RowStore` of its layout (a shard's table is built the first
+:class:`~astream.core.row_store.RowStore` of its layout (a shard's table is built the first
 time a batch touches it), which turns the whole batch into one array of row numbers plus the
 mapped shard each row reads: that is the located
 :class:`~astream.core.batchdecode.ColumnBatch`. The caller then ``finish``\\es it with an
@@ -17,12 +17,12 @@ raise (``check_group``, run only then). MDS shards and Parquet row groups batch 
 batch that reaches a JSON/CSV/XSV shard, or mixes shards whose columns batch differently, is
 refused with a ``ConfigError`` saying so (iterate samples instead).
 
-A Parquet row group (``parquet_read.RowGroupHandle``) is located in its decoded Arrow IPC
+A Parquet row group (``parquet.io_rowgroup.RowGroupHandle``) is located in its decoded Arrow IPC
 image -- the node's mapped decoded file, or a private buffer -- which holds every column's
-values and offsets in one buffer, so its table (``parquet_read.row_group_table``: each
+values and offsets in one buffer, so its table (``parquet.batches.row_group_table``: each
 value's start and length in that image) feeds the same row store and the same copies as an
 MDS shard's. A row holding a null is flagged, and a batch that holds one is refused with a
-``ConfigError`` naming the column (``parquet_read.null_error``): batches have no null
+``ConfigError`` naming the column (``parquet.batches.null_error``): batches have no null
 form.
 """
 
@@ -33,19 +33,15 @@ from typing import Any
 
 import numpy as np
 
-from astream.core.batchdecode import (
-    PREAD,
-    ColumnBatch,
-    ColumnSpec,
-    Layout,
-    RowStore,
-    check_group,
-    column_specs,
-    shard_table,
-)
+from astream.core.batch_copy import PREAD
+from astream.core.batch_layout import ColumnSpec, Layout, column_specs
+from astream.core.batchdecode import ColumnBatch
+from astream.core.row_store import RowStore
+from astream.core.sample_table import check_group, sample_table
 from astream.errors import ConfigError
+from astream.runtime.batch_groups import BatchGroups, Groups
 from astream.runtime.catalog import Catalog
-from astream.runtime.reader import BatchGroups, Groups, OpenShard
+from astream.runtime.shard_handles import OpenShard
 
 __all__ = ["BatchLayouts", "locate_batch"]
 
@@ -119,7 +115,7 @@ class BatchLayouts:
 
 
 def _parquet_specs(entry: Any, source: str) -> list[ColumnSpec]:
-    from astream.runtime.parquet_read import batch_specs
+    from astream.parquet.batches import batch_specs
 
     return batch_specs(entry, source)
 
@@ -179,7 +175,7 @@ def locate_batch(
                 used[s] = tick
             else:
                 offsets = h.offsets_array()
-                base = store.add(s, shard_table(store.layout, buf, offsets))
+                base = store.add(s, sample_table(store.layout, buf, offsets))
                 if len(offsets) > 1 and offsets[-1] - offsets[0] >= PREAD * (len(offsets) - 1):
                     h.drop_pages()  # large values are read with preadv: no need for the map
         bufs.append(buf)
@@ -226,7 +222,7 @@ def locate_batch(
 def _locate_row_group(h: Any, s: int, store: RowStore, layouts: BatchLayouts) -> tuple[Any, int]:
     """A Parquet row group's buffer (its decoded IPC image as uint8) and base row in
     ``store`` (its table built the first time)."""
-    from astream.runtime.parquet_read import row_group_table
+    from astream.parquet.batches import row_group_table
 
     entry = layouts.catalog.entries[s]
     ipc, _table = h.columnar(entry)  # type: ignore[arg-type]
@@ -239,7 +235,7 @@ def _locate_row_group(h: Any, s: int, store: RowStore, layouts: BatchLayouts) ->
 
 def _null_check(h: Any, s: int, store: RowStore, locals_: list[int], layouts: BatchLayouts) -> None:
     """Raise for the flagged rows (nulls) of row group ``s`` among ``locals_``, if any."""
-    from astream.runtime.parquet_read import null_error
+    from astream.parquet.batches import null_error
 
     base = store.base_of(s)
     assert base is not None

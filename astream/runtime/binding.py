@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from astream.errors import ConfigError
-from astream.runtime.cache import disk_error
+from astream.runtime.diskerror import disk_error
 from astream.runtime.locks import FileLock
 
 __all__ = [
@@ -110,7 +110,7 @@ def read_binding(local: str) -> Binding | None:
 
 def write_atomic(path: str, data: bytes, root: str, tmp: str | None = None) -> None:
     """Write ``data`` to ``path`` under the cache ``root`` via ``tmp`` (default: beside it) and
-    a rename; a full or unwritable disk is a ``CacheError`` (see ``cache.disk_error``)."""
+    a rename; a full or unwritable disk is a ``CacheError`` (see ``diskerror.disk_error``)."""
     tmp = tmp or f"{path}.tmp-{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)

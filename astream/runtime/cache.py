@@ -33,8 +33,8 @@ jobs pointed at the same directories -- shares it through the file system only:
   cannot deadlock. With nothing to wait for, the limit is simply too small: :class:`CacheError`.
 - **Disk errors.** A full or unwritable directory (ENOSPC, EDQUOT, EFBIG, EACCES, EPERM,
   EROFS) is a :class:`CacheError` naming the directory, the bytes needed and ``cache_limit``
-  (:func:`disk_error`); the operation's temporary files are removed, so nothing partial is
-  ever trusted.
+  (:func:`astream.runtime.diskerror.disk_error`); the operation's temporary files are removed,
+  so nothing partial is ever trusted.
 - **Crashes.** Temporary files carry ``.tmp-`` in their name and are only ever renamed into place
   once complete and verified. A temporary file whose shard's download lock is free belongs to a
   dead process: any reservation that needs room deletes it.
@@ -43,45 +43,18 @@ jobs pointed at the same directories -- shares it through the file system only:
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from astream.core.eviction import NEVER, check_policy, eviction_order
-from astream.errors import AstreamError, CacheError
+from astream.errors import CacheError
+from astream.runtime.binding import hold_leases
 from astream.runtime.locks import FileLock, lock_path, waiters
 
-__all__ = ["CacheSpace", "ShardFiles", "TMP_MARK", "disk_error", "scan", "unlink_shard"]
+__all__ = ["CacheSpace", "ShardFiles", "TMP_MARK", "scan", "unlink_shard"]
 
 TMP_MARK = ".tmp-"
-
-_NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-_NO_WRITE = {errno.EACCES, errno.EPERM, errno.EROFS}
-
-
-def disk_error(
-    exc: OSError, path: str, *, root: str, need: int | None, limit: int | None
-) -> CacheError | None:
-    """The :class:`CacheError` for a full or unwritable cache directory (None: another error).
-
-    ``path`` is the file being written, ``root`` the cache directory, ``need`` the bytes the
-    operation needed there."""
-    if isinstance(exc, AstreamError) or exc.errno not in _NO_SPACE | _NO_WRITE:
-        return None
-    needed = "" if need is None else f" ({need} bytes needed"
-    if needed:
-        needed += f", cache_limit={limit})" if limit is not None else ", no cache_limit)"
-    if exc.errno in _NO_SPACE:
-        what = os.strerror(exc.errno).lower()
-        hint = (
-            "free space there, point `local` at a bigger disk, or set cache_limit below the "
-            "free space"
-        )
-    else:
-        what = "cannot write: " + os.strerror(exc.errno).lower()
-        hint = "make it writable by this user, or point `local` at a writable directory"
-    return CacheError(f"cache directory {root}: {what} writing {path}{needed}; {hint}")
 
 
 @dataclass(frozen=True)
@@ -96,7 +69,7 @@ class ShardFiles:
     evictable: bool = True
     zip_is_source: bool = False  # local-only compressed data: the zip is the only copy
     # a file derived from the raw one (a Parquet row group's decoded columns,
-    # runtime/parquet_read.py): counted like any file, evicted with the raw file, written
+    # parquet/io_rowgroup.py): counted like any file, evicted with the raw file, written
     # under ``side_lock`` (not the download lock)
     side: str | None = None
 
@@ -204,8 +177,6 @@ class CacheSpace:
         # next use (in the node's ticks, NEVER: none known) of each file; set by the engine
         # while an iteration runs, None otherwise (then eviction is least recently used)
         self.future: Callable[[list[ShardFiles]], Sequence[int]] | None = None
-        from astream.runtime.binding import hold_leases  # (binding imports this module)
-
         hold_leases(self, self.roots)  # a lease per process that uses the cache, workers too
         self._shards: list[ShardFiles] = []
         self._by_path: dict[str, ShardFiles] = {}

@@ -73,16 +73,21 @@ from astream import bridge
 from astream.core.index import Index
 from astream.core.order import DEFAULT_NUM_CANONICAL_NODES, StreamSpec
 from astream.core.sizes import parse_count, parse_size
-from astream.core.world import check_positive_int
-from astream.errors import ConfigError, EmptyDatasetError, FormatError, UnsafeEncodingError
-from astream.runtime.catalog import StreamSource, load_index
-from astream.runtime.stores import StorePool
-from astream.storage import RetryPolicy
-from astream.stream import (
+from astream.core.stream import (
     MAX_DOWNLOAD_RETRY,
     MAX_DOWNLOAD_TIMEOUT,
+    opt_hash,
+    opt_int,
+    opt_number,
     streams_registry,
 )
+from astream.core.world import check_positive_int
+from astream.errors import ConfigError, EmptyDatasetError, FormatError, UnsafeEncodingError
+from astream.runtime.catalog import StreamSource
+from astream.runtime.index_load import load_index
+from astream.runtime.placement import detect
+from astream.runtime.stores import StorePool
+from astream.storage import RetryPolicy
 
 __all__ = [
     "MAX_BATCH_SIZE",
@@ -122,23 +127,14 @@ def _int(name: str, value: Any, minimum: int, maximum: int) -> int:
 
 
 def _check_order_options(kw: dict[str, Any]) -> None:
-    from astream.core import order
+    from astream.core.order import check_options
 
-    check = getattr(order, "check_options", None)
-    if check is not None:
-        check(
-            shuffle_algo=kw["shuffle_algo"],
-            sampling_method=kw["sampling_method"],
-            batching_method=kw["batching_method"],
-            partition_algo=kw["partition_algo"],
-        )
-    else:  # pragma: no cover - before core.order.check_options existed
-        order._check_options(kw["shuffle_algo"], kw["sampling_method"], kw["batching_method"])
-        if kw["partition_algo"] not in _PARTITION_ALGOS:
-            raise ConfigError(f"partition_algo: unknown algorithm {kw['partition_algo']!r}")
-
-
-_PARTITION_ALGOS = ("relaxed",)
+    check_options(
+        shuffle_algo=kw["shuffle_algo"],
+        sampling_method=kw["sampling_method"],
+        batching_method=kw["batching_method"],
+        partition_algo=kw["partition_algo"],
+    )
 
 
 @dataclass(frozen=True)
@@ -223,7 +219,6 @@ class DatasetConfig:
                 # the reference's default, from this (the initial) World: 64 x physical nodes
                 # for py1s/py2s, the physical nodes otherwise; the checkpoint keeps it
                 from astream.core.refshuffle import default_num_canonical_nodes
-                from astream.placement import detect
 
                 nodes = detect(kw["replication"]).world.num_nodes
                 kw["num_canonical_nodes"] = default_num_canonical_nodes(kw["shuffle_algo"], nodes)
@@ -287,6 +282,8 @@ def default_local(remote: str, split: str | None) -> str:
 
 
 def _is_local_path(url: str) -> bool:
+    if url[:6].lower() == "dbfs:/":  # Databricks spells its paths dbfs:/Volumes/..., one slash
+        return False
     return "://" not in url or url.startswith("file://")
 
 
@@ -346,17 +343,15 @@ def _stream_settings(
 ) -> tuple[int, float, str | None, bool | None]:
     """(download_retry, download_timeout, validate_hash, keep_zip) in force for stream ``k``:
     its own where given, else the dataset's; checked like ``Stream``'s arguments."""
-    from astream.stream import _opt_hash, _opt_int, _opt_number
-
     try:
-        retry = _opt_int("download_retry", _given(item, "download_retry"), MAX_DOWNLOAD_RETRY)
-        timeout = _opt_number(
+        retry = opt_int("download_retry", _given(item, "download_retry"), MAX_DOWNLOAD_RETRY)
+        timeout = opt_number(
             "download_timeout",
             _given(item, "download_timeout"),
             positive=True,
             maximum=MAX_DOWNLOAD_TIMEOUT,
         )
-        algo = _opt_hash(_given(item, "validate_hash"))
+        algo = opt_hash(_given(item, "validate_hash"))
         kz = _given(item, "keep_zip")
         if kz is not None and not isinstance(kz, (bool, np.bool_)):
             raise ConfigError(f"keep_zip must be a bool or None, got {type(kz).__name__}")
@@ -525,7 +520,7 @@ def resolve_steps(
         out = []
         for (r, lo), pq in zip(plans, pq_plans):
             if pq is not None:
-                from astream.runtime.parquet_index import load_parquet
+                from astream.parquet.io_index import load_parquet
 
                 store = pool.get(r if r is not None else lo)
                 out.append(await load_parquet(store, lo, in_place=r is None, **pq))
@@ -689,7 +684,6 @@ def _check_plan(cfg: DatasetConfig, specs: list[StreamSpec]) -> None:
     """Build epoch 0's plan and deal it to this process's World: whatever they refuse is
     refused now, with the same ConfigError a first ``len()`` would raise."""
     from astream.core.order import plan_epoch
-    from astream.placement import detect
 
     place = detect(cfg.replication)
     kwargs = cfg.plan_kwargs()

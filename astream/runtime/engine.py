@@ -28,7 +28,7 @@ The start of a cold iteration reads its first batches by ranges while whole shar
 an uncompressed MDS shard's wanted samples (only when the batch's ranges are estimated at most
 ``range_share`` of its shards' bytes: a dense batch waits for the downloads), or a Parquet row
 group's pages holding the wanted rows when its file has a page index
-(``runtime/parquet_range.py``; only when every row group of the batch needs at most
+(``parquet/io_pages.py``; only when every row group of the batch needs at most
 ``page_share`` of its bytes that way).
 
 The first batches of a loader's workers, cold: the loader hands out worker 0's first batch,
@@ -52,7 +52,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -63,24 +63,18 @@ from astream.core.batchdecode import ColumnBatch
 from astream.core.eviction import ConsumerClock, check_policy
 from astream.core.shard import header_size, parse_offsets
 from astream.errors import FormatError
-from astream.placement import dataloader_worker
 from astream.runtime import lead
 from astream.runtime.batch import BatchLayouts, locate_batch
+from astream.runtime.batch_groups import BatchGroups, Groups, batch_groups
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
 from astream.runtime.clocks import NodeClocks
 from astream.runtime.fetch import RemoteShard, ShardFetcher, is_complete
 from astream.runtime.lead import LeadEnds
+from astream.runtime.placement import dataloader_worker
 from astream.runtime.prefetch import FURTHER, Lookahead, Prefetcher
-from astream.runtime.reader import (
-    BatchGroups,
-    Groups,
-    OpenShard,
-    RangeShard,
-    ShardOpener,
-    batch_groups,
-    decode_batch,
-)
+from astream.runtime.reader import ShardOpener, decode_batch
+from astream.runtime.shard_handles import OpenShard, RangeShard
 from astream.runtime.stats import Stats, Stopwatch
 from astream.runtime.stores import StorePool
 from astream.runtime.versions import Board, Versions
@@ -113,7 +107,7 @@ class _ProcessParts:
     fetcher: ShardFetcher
     random: ShardOpener  # the opener of random access (``get``/``aget``)
     # shard -> its sample offsets, read by range (``aget_range``)
-    headers: dict[int, list[int]] = field(default_factory=dict)
+    headers: dict[int, Sequence[int]] = field(default_factory=dict)
     # shard -> bytes spent on ranges since its last promotion (``_maybe_promote``)
     range_bytes: dict[int, int] = field(default_factory=dict)
     # shard -> its whole-shard fetch started by a promotion, while it runs
@@ -123,7 +117,7 @@ class _ProcessParts:
     # samples served by ranges at the start of an iteration (``Engine._range_batch``)
     range_samples: int = 0
     # shard -> its header read in flight (``Engine._range_offsets``: concurrent reads share it)
-    header_reads: dict[int, asyncio.Future[list[int]]] = field(default_factory=dict)
+    header_reads: dict[int, asyncio.Future[Sequence[int]]] = field(default_factory=dict)
 
 
 class _Follow(NamedTuple):
@@ -709,7 +703,7 @@ class Engine:
         local = await self._promoted(parts, s, li)
         if local is not None:
             return local
-        from astream.runtime.parquet_range import index_span
+        from astream.parquet.io_pages import index_span
 
         got = await self._range_read([(s, [li])], asyncio.Semaphore(_RANGE_GETS))
         r = self._range_shards(parts, got).get(s)
@@ -722,7 +716,7 @@ class Engine:
         out: dict[str, Any] = r.sample(li)
         return out
 
-    async def _range_offsets(self, parts: _ProcessParts, s: int) -> tuple[list[int], int]:
+    async def _range_offsets(self, parts: _ProcessParts, s: int) -> tuple[Sequence[int], int]:
         """Shard ``s``'s sample offsets, read by range the first time (then kept for the
         process; concurrent first calls share one read), and the bytes that cost now."""
         offsets = parts.headers.get(s)
@@ -736,7 +730,7 @@ class Engine:
         task.add_done_callback(lambda t: _forget_read(parts.header_reads, s, t))
         return await asyncio.shield(task), header_size(self.catalog.entries[s].samples)
 
-    async def _read_offsets(self, parts: _ProcessParts, s: int) -> list[int]:
+    async def _read_offsets(self, parts: _ProcessParts, s: int) -> Sequence[int]:
         shard = self.catalog.shards[s]
         entry = self.catalog.entries[s]
         assert shard.remote is not None
@@ -749,9 +743,11 @@ class Engine:
         parts.stats.range_requests += 1
         parts.stats.add_bytes(shard.remote, len(head))
         first = None if meta is None else 0  # split offsets index the data file from 0
-        offsets: list[int] = parse_offsets(
-            head, shard.url(), entry.samples, entry.raw_data.bytes, min_first=first
-        ).tolist()
+        offsets: tuple[int, ...] = tuple(  # as ShardView's: the GC stops scanning a tuple
+            parse_offsets(
+                head, shard.url(), entry.samples, entry.raw_data.bytes, min_first=first
+            ).tolist()
+        )
         parts.headers[s] = offsets
         return offsets
 
@@ -783,7 +779,7 @@ class Engine:
         if la.batches_taken > self.range_first_batches:
             return []
         wants = [
-            (s, locals_)
+            (s, list(locals_))
             for s, _positions, locals_ in groups
             if opener.cached(s) is None and self._rangeable(s)
         ]
@@ -824,7 +820,7 @@ class Engine:
         whole file: an uncompressed MDS shard with a remote, read without hash validation (a
         range cannot be checked against a whole-file hash, so a validating stream always waits
         for its shards). A Parquet row group qualifies when its file has a page index for
-        every projected column (``runtime/parquet_range.py``: its rows are read by pages)."""
+        every projected column (``parquet/io_pages.py``: its rows are read by pages)."""
         shard = self.catalog.shards[s]
         entry = self.catalog.entries[s]
         if entry.format == "parquet":
@@ -1015,7 +1011,7 @@ class Engine:
             if compact is not None:
                 out[s] = RangeShard(buf, compact, slot, parts.random.decoder(s))
                 continue
-            from astream.runtime.parquet_range import PageRows, decode_rows
+            from astream.parquet.io_pages import PageRows, decode_rows
 
             entry = self.catalog.entries[s]
             table = decode_rows(entry, buf, sorted(slot))  # type: ignore[arg-type]
@@ -1069,7 +1065,7 @@ class Engine:
             holding ``locals_``; None when those pages are over ``page_share`` of the group
             (they would cost about the whole group, then the group again: its download
             starts after the first batches) or the index does not parse."""
-            from astream.runtime import parquet_range
+            from astream.parquet import io_pages as parquet_range
 
             shard = self.catalog.shards[s]
             entry: Any = self.catalog.entries[s]
@@ -1320,8 +1316,8 @@ def _compact(groups: Groups, ranged: dict[int, RangeShard]) -> BatchGroups:
         if r is not None:
             slot = r.slot
             locals_ = [slot[li] for li in locals_]
-            if local is not None:
-                local[positions] = locals_
+            if local is not None:  # positions: a tuple or range, which numpy reads as axes
+                local[np.asarray(positions, np.int64)] = locals_
         out.append((s, positions, locals_))
     out.local = local
     out.which = groups.which if isinstance(groups, BatchGroups) else None
@@ -1333,7 +1329,7 @@ def _within(spans: tuple[tuple[int, int], ...], a: int, b: int) -> bool:
 
 
 def _page_layout(entry: Any) -> Any:
-    from astream.runtime.parquet_range import layout_of
+    from astream.parquet.io_pages import layout_of
 
     return layout_of(entry)
 

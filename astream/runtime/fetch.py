@@ -31,7 +31,8 @@ from typing import Any
 from astream.core.compression import decompress
 from astream.core.hashing import hexdigest
 from astream.errors import FormatError, IntegrityError, ObjectChangedError, ObjectNotFoundError
-from astream.runtime.cache import TMP_MARK, CacheSpace, ShardFiles, disk_error
+from astream.runtime.cache import TMP_MARK, CacheSpace, ShardFiles
+from astream.runtime.diskerror import disk_error
 from astream.runtime.locks import FileLock
 from astream.runtime.stats import Stats
 from astream.runtime.versions import Board, Versions, refused

@@ -14,8 +14,8 @@ start before torch starts the workers, which waits for the first answer (at most
 ``_LEAD_HEAD_START_S``, 0.1 s, in torch/dataloader.py): a fork parks the loop thread (below), and
 forking two workers of a process that has imported torch takes 17-50 ms on the 2-core benchmark
 machine, during which the server is answering the GETs already at it. The workers only wait for
-their messages, so the fork is off the first batch's path (cold images benchmark: 34 and 38 ms
-sooner, medians of two rounds of 9 interleaved pairs; benchmarks/results/2026-12-03-leadfork).
+their messages, so the fork is off the first batch's path (the cold images benchmark's first
+batch came 34-38 ms sooner, medians of interleaved pairs).
 
 Forking while the loop thread reads: every fork parks the loop thread between two callbacks, so
 no lock it takes (a module's, OpenSSL's, a buffered stream's) is inherited held
@@ -28,7 +28,7 @@ Hand-over: one pipe per worker, made before the workers start (a forked worker i
 end; a spawned one receives it with the dataset, which multiprocessing allows while it spawns).
 The message is ``(wants, shards, versions)``: the (shard, samples) the main process read for
 that worker and, per shard, the compact buffer, its offsets and the slot of each sample (what
-:class:`~astream.runtime.reader.RangeShard` holds), or None when the read failed; and the
+:class:`~astream.runtime.shard_handles.RangeShard` holds), or None when the read failed; and the
 version of each shard object those bytes came from, which the worker's own reads of those
 objects must then match (``runtime/versions.py``). A worker uses the bytes of each shard it
 would read by ranges itself when the main process read exactly those samples of it; otherwise,

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from astream import bridge
+from astream.runtime.batch_groups import Groups, chunk_groups
 from astream.runtime.catalog import Catalog
 from astream.runtime.fetch import is_complete
-from astream.runtime.reader import Groups, chunk_groups
 
 __all__ = ["Lookahead", "Prefetcher"]
 
@@ -234,7 +234,7 @@ class Lookahead:
         return self
 
     def __next__(self) -> tuple[Groups, int]:
-        """The next batch: its ids grouped by shard (see ``reader.batch_groups``), and its size."""
+        """The next batch: its ids grouped by shard (``batch_groups``), and its size."""
         self._fill()
         if self._further > self._ahead and self._pf.started:
             self.further()  # slots freed while the last batch decoded (never on a hot cache)

@@ -30,6 +30,9 @@ MDS shards never touch that code: their decode path is unchanged.
 Misses: the prefetcher (``prefetch.py``) has usually started the download already and the
 consumer waits on that future; otherwise it downloads on demand. Either way the wait is timed
 into ``stats.wait_seconds``.
+
+The handles of open shards are in ``shard_handles.py``; batches are grouped by shard in
+``batch_groups.py``.
 """
 
 from __future__ import annotations
@@ -37,182 +40,25 @@ from __future__ import annotations
 import mmap
 import os
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
-
-import numpy as np
 
 from astream.core.shard import SampleDecoder, ShardView
 from astream.core.splitformats import SplitDecoder, split_offsets
 from astream.errors import FormatError, IntegrityError
+from astream.runtime.batch_groups import Groups
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
 from astream.runtime.fetch import _hash_file
 from astream.runtime.locks import FileLock
+from astream.runtime.shard_handles import OpenShard
 from astream.runtime.stats import Stats
 from astream.runtime.versions import Versions
 
-__all__ = [
-    "BatchGroups",
-    "OpenShard",
-    "RangeShard",
-    "ShardOpener",
-    "batch_groups",
-    "chunk_groups",
-    "decode_batch",
-]
+__all__ = ["ShardOpener", "decode_batch"]
 
 
 DROP_SAMPLE_BYTES = 32 << 10  # ShardOpener.drop_read: shards whose samples average this
-
-
-class OpenShard:
-    """One mapped shard: ``sample(i)`` decodes sample ``i``.
-
-    The shard's offsets are validated once per process (``ShardView``) and remembered, so
-    re-opening a shard -- which a pinning consumer does every batch -- costs one ``mmap``.
-    """
-
-    __slots__ = ("_arrays", "_drop", "_fd", "_mm", "_mv", "_off", "_path", "_pin", "decode")
-
-    def __init__(
-        self, path: str, offsets: list[int], decoder: SampleDecoder | SplitDecoder
-    ) -> None:
-        self._pin: FileLock | None = None
-        with open(path, "rb") as f:
-            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        if len(self._mm) != offsets[-1]:
-            self._mm.close()
-            raise FormatError(f"shard is {len(self._mm)} bytes, expected {offsets[-1]}", path)
-        self._mv = memoryview(self._mm)
-        self._off = offsets
-        self._arrays: Any = None
-        self._path = path
-        self._fd = -1
-        self._drop = False  # unmap samples' pages once decoded (see ShardOpener.drop_read)
-        self.decode = decoder.decode
-
-    def buffer(self) -> Any:
-        """The shard as a uint8 array, for the columnar decoder (runtime/batch)."""
-        if self._arrays is None:
-            self._arrays = np.frombuffer(self._mm, np.uint8)
-        return self._arrays
-
-    def fileno(self) -> int:
-        """A descriptor of the shard file (opened on first use, closed with the shard): the
-        columnar decoder reads large values with ``preadv`` instead of through the map."""
-        if self._fd < 0:
-            self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
-        return self._fd
-
-    def drop_pages(self) -> None:
-        """Unmap the pages of the shard touched so far (they stay in the page cache): the
-        columnar decoder calls this after reading the headers of a shard whose values it reads
-        with ``preadv``, so those pages do not count in this process's memory."""
-        try:
-            self._mm.madvise(mmap.MADV_DONTNEED)
-        except (AttributeError, OSError, ValueError):
-            pass  # no madvise on this platform: the pages simply stay mapped
-
-    def offsets_array(self) -> Any:
-        """Its sample offsets as int64 (built on each call: the columnar decoder needs them
-        once per shard and process)."""
-        return np.asarray(self._off, np.int64)
-
-    def sample(self, i: int) -> dict[str, Any]:
-        off = self._off
-        return self.decode(self._mv[off[i] : off[i + 1]])
-
-    def samples(self, indices: list[int]) -> list[dict[str, Any]]:
-        """``[sample(i) for i in indices]`` without a method call per sample (the hot path)."""
-        dec, mv, off = self.decode, self._mv, self._off
-        out = [dec(mv[off[i] : off[i + 1]]) for i in indices]
-        if self._drop:
-            self.drop_pages()
-        return out
-
-    def close(self) -> None:
-        self._arrays = None
-        self._mv.release()
-        try:
-            self._mm.close()
-        except BufferError:
-            pass  # decoded arrays still view the map; it is unmapped when they go
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        if self._pin is not None:
-            self._pin.release()
-            self._pin = None
-
-
-class RangeShard:
-    """Some samples of a shard that is not in the cache yet, read by ranged GETs (the start of
-    an iteration, see ``Engine._range_batch``): the same interface as :class:`OpenShard` for
-    the samples it holds. ``slot[i]`` is shard sample ``i``'s place in the compact buffer (the
-    samples back to back, in shard order), which is what :meth:`buffer` and
-    :meth:`offsets_array` describe: the columnar path reads it as a small shard of its own.
-    Nothing of it is ever written to the cache."""
-
-    __slots__ = ("_buf", "_fd", "_mv", "_off", "decode", "slot")
-
-    def __init__(
-        self,
-        buf: bytes,
-        offsets: list[int],
-        slot: dict[int, int],
-        decoder: SampleDecoder | SplitDecoder,
-    ) -> None:
-        self._buf = buf
-        self._mv = memoryview(buf)
-        self._off = offsets  # len(slot) + 1 offsets into ``buf``, from 0
-        self.slot = slot
-        self._fd = -1
-        self.decode = decoder.decode
-
-    def sample(self, i: int) -> dict[str, Any]:
-        j = self.slot[i]
-        return self.decode(self._mv[self._off[j] : self._off[j + 1]])
-
-    def samples(self, indices: list[int]) -> list[dict[str, Any]]:
-        dec, mv, off, slot = self.decode, self._mv, self._off, self.slot
-        return [dec(mv[off[slot[i]] : off[slot[i] + 1]]) for i in indices]
-
-    def buffer(self) -> Any:
-        return np.frombuffer(self._buf, np.uint8)
-
-    def offsets_array(self) -> Any:
-        return np.asarray(self._off, np.int64)
-
-    def drop_pages(self) -> None:
-        pass  # private memory: nothing mapped from the cache
-
-    def fileno(self) -> int:
-        """An anonymous in-memory file holding the buffer, for the columnar decoder's
-        ``preadv`` of large values (closed by :meth:`close`)."""
-        if self._fd < 0:
-            try:
-                fd = os.memfd_create("astream-range", os.MFD_CLOEXEC)
-            except (AttributeError, OSError):  # no memfd here: an unlinked temporary file
-                import tempfile
-
-                with tempfile.TemporaryFile() as f:
-                    fd = os.dup(f.fileno())
-            try:
-                mv = self._mv
-                done = 0
-                while done < len(mv):
-                    done += os.pwrite(fd, mv[done:], done)
-            except BaseException:
-                os.close(fd)
-                raise
-            self._fd = fd
-        return self._fd
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
 
 
 def _nofile() -> int:
@@ -229,7 +75,7 @@ class _MetaMissing(Exception):
     """A split shard's meta file is not in the cache (never fetched, or evicted)."""
 
 
-def _split_meta_offsets(catalog: Catalog, s: int, algo: str | None) -> list[int]:
+def _split_meta_offsets(catalog: Catalog, s: int, algo: str | None) -> Sequence[int]:
     meta = catalog.shards[s].meta
     assert meta is not None
     path = meta.files.raw_path
@@ -250,7 +96,7 @@ def _split_meta_offsets(catalog: Catalog, s: int, algo: str | None) -> list[int]
     return split_offsets(data, catalog.entries[s], path)
 
 
-def _validated_offsets(path: str, catalog: Catalog, s: int) -> list[int]:
+def _validated_offsets(path: str, catalog: Catalog, s: int) -> Sequence[int]:
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
@@ -264,14 +110,14 @@ def _validated_offsets(path: str, catalog: Catalog, s: int) -> list[int]:
                 # close and the FormatError (not a BufferError) reaches the caller
                 err = exc.with_traceback(None)
             else:
-                offsets = list(view._offsets)
+                offsets = view._offsets  # a tuple (see ShardView): not scanned by the GC
                 view.release()
         if err is not None:
             raise err
     return offsets
 
 
-def _check_cached(path: str, catalog: Catalog, s: int, algo: str | None) -> list[int]:
+def _check_cached(path: str, catalog: Catalog, s: int, algo: str | None) -> Sequence[int]:
     """Offsets of a cached shard after its structural checks and, with ``algo``, its hash."""
     if catalog.entries[s].format == "parquet":
         return [0, catalog.shards[s].files.raw_size]  # a row group: checked when decoded
@@ -320,7 +166,7 @@ class ShardOpener:
         self._hot: OrderedDict[int, None] = OrderedDict()  # the _base most recently read
         self._open: OrderedDict[int, OpenShard] = OrderedDict()
         self._decoders: dict[tuple[Any, ...], SampleDecoder | SplitDecoder] = {}
-        self._offsets: dict[int, list[int]] = {}
+        self._offsets: dict[int, Sequence[int]] = {}
         self.validate_hash = validate_hash
         self._dropped: set[int] = set()  # cached copies found corrupt and deleted (once each)
         self._big: dict[int, int] = {}  # shard -> see big()
@@ -517,10 +363,10 @@ class ShardOpener:
         self._evict()
         return h
 
-    def _handle(self, s: int, path: str, offsets: list[int]) -> OpenShard:
+    def _handle(self, s: int, path: str, offsets: Sequence[int]) -> OpenShard:
         entry = self.catalog.entries[s]
-        if entry.format == "parquet":  # a row group: decoded by pyarrow (parquet_read.py)
-            from astream.runtime.parquet_read import open_row_group
+        if entry.format == "parquet":  # a row group: decoded by pyarrow (parquet/io_rowgroup.py)
+            from astream.parquet.io_rowgroup import open_row_group
 
             shard = self.catalog.shards[s]
             return open_row_group(path, shard, entry, self.space, self.pinning)  # type: ignore[arg-type,return-value]
@@ -568,132 +414,6 @@ class ShardOpener:
             "small for the processes sharing it?)",
             self.catalog.shards[s].files.raw_path,
         )
-
-
-Groups = list[tuple[int, list[int], list[int]]]
-
-
-class Chunk:
-    """The planned batches :func:`chunk_groups` grouped in one pass: each sample's shard and
-    index in it, in batch order, for what the columnar path computes once per chunk
-    (``batchdecode.chunk_values``; ``cache`` is its)."""
-
-    __slots__ = ("cache", "local", "shards")
-
-    def __init__(
-        self, shards: np.ndarray[Any, np.dtype[Any]], local: np.ndarray[Any, np.dtype[np.int64]]
-    ) -> None:
-        self.shards = shards
-        self.local = local
-        self.cache: Any = None
-
-
-class BatchGroups(Groups):
-    """A batch's ids grouped by shard: ``(shard, positions in the batch, indices in the shard)``
-    per shard, in order of first appearance. :func:`batch_groups` also sets ``local`` (each
-    id's index in its shard, in batch order) and ``which`` (each id's group; None when there is
-    a single group), which the columnar path reads instead of walking the lists;
-    :func:`chunk_groups` sets ``chunk`` (its :class:`Chunk`) and ``span`` (the batch's samples
-    in it)."""
-
-    local: np.ndarray[Any, np.dtype[np.int64]] | None = None
-    which: np.ndarray[Any, np.dtype[np.int64]] | None = None
-    chunk: Chunk | None = None
-    span: tuple[int, int] = (0, 0)
-
-
-def batch_groups(ids: np.ndarray[Any, np.dtype[np.int64]], catalog: Catalog) -> BatchGroups:
-    """(shard, positions in the batch, indices in the shard) per shard, first appearance first.
-
-    One vectorised lookup and one stable sort by shard; Python only runs once per group.
-    """
-    shard_a, local_a = catalog.locate(ids)
-    n = len(shard_a)
-    out = BatchGroups()
-    if not n:
-        return out
-    local_a = np.asarray(local_a, np.int64)
-    out.local = local_a
-    s0 = int(shard_a[0])
-    if not (shard_a != s0).any():
-        out.append((s0, list(range(n)), local_a.tolist()))
-        return out
-    order = np.argsort(shard_a, kind="stable")  # positions, grouped by shard, in batch order
-    sorted_s = shard_a[order]
-    cut = np.flatnonzero(sorted_s[1:] != sorted_s[:-1]) + 1
-    starts = np.concatenate(([0], cut))
-    ends = np.concatenate((cut, [n]))
-    rank = np.argsort(order[starts])  # runs in order of their first position in the batch
-    new_id = np.empty(len(rank), np.int64)
-    new_id[rank] = np.arange(len(rank), dtype=np.int64)
-    which = np.empty(n, np.int64)
-    which[order] = np.repeat(new_id, ends - starts)
-    out.which = which
-    pos = order.tolist()
-    loc = local_a[order].tolist()
-    sh, st, en = sorted_s[starts].tolist(), starts.tolist(), ends.tolist()
-    for g in rank.tolist():
-        a, b = st[g], en[g]
-        out.append((sh[g], pos[a:b], loc[a:b]))
-    return out
-
-
-def chunk_groups(
-    chunk: list[np.ndarray[Any, np.dtype[np.int64]]], catalog: Catalog
-) -> list[BatchGroups]:
-    """:func:`batch_groups` of every batch of ``chunk`` (planned batches in order), in one
-    vectorised pass over all of them: one lookup, one stable sort by (batch, shard); Python
-    then only runs once per group, slicing lists made once for the chunk."""
-    if len(chunk) < 2:
-        return [batch_groups(b, catalog) for b in chunk]
-    sizes = np.fromiter((len(b) for b in chunk), np.int64, len(chunk))
-    n = int(sizes.sum())
-    if n == 0:
-        return [BatchGroups() for _ in chunk]
-    nb = len(chunk)
-    shard_a, local_a = catalog.locate(np.concatenate(chunk).astype(np.int64, copy=False))
-    local_a = np.asarray(local_a, np.int64)
-    bstart = np.zeros(nb + 1, np.int64)
-    np.cumsum(sizes, out=bstart[1:])
-    bi = np.repeat(np.arange(nb, dtype=np.int64), sizes)  # each position's batch
-    key = bi * (int(shard_a.max()) + 1) + shard_a
-    order = np.argsort(key, kind="stable")  # positions by (batch, shard), in batch order
-    skey = key[order]
-    cut = np.flatnonzero(skey[1:] != skey[:-1]) + 1
-    starts = np.concatenate(([0], cut))
-    ends = np.concatenate((cut, [n]))
-    first = order[starts]  # each run's first position: runs of a batch, first appearance first
-    rank = np.argsort(first, kind="stable")
-    run_batch = bi[first]
-    rstart = np.zeros(nb + 1, np.int64)
-    np.cumsum(np.bincount(run_batch, minlength=nb), out=rstart[1:])
-    at = np.empty(len(rank), np.int64)
-    at[rank] = np.arange(len(rank), dtype=np.int64)
-    which = np.empty(n, np.int64)
-    which[order] = np.repeat(at - rstart[run_batch], ends - starts)  # group within its batch
-    pos = (order - bstart[bi[order]]).tolist()  # position within its batch
-    loc = local_a[order].tolist()
-    sh, st, en = shard_a[first].tolist(), starts.tolist(), ends.tolist()
-    runs, rs, bs_ = rank.tolist(), rstart.tolist(), bstart.tolist()
-    whole = Chunk(shard_a, local_a)
-    out = []
-    for b in range(nb):
-        g = BatchGroups()
-        lo, hi = bs_[b], bs_[b + 1]
-        if hi > lo:
-            g.chunk, g.span = whole, (lo, hi)
-            g.local = local_a[lo:hi]
-            mine = runs[rs[b] : rs[b + 1]]
-            if len(mine) == 1:
-                r = mine[0]
-                g.append((sh[r], list(range(hi - lo)), loc[st[r] : en[r]]))
-            else:
-                g.which = which[lo:hi]
-                for r in mine:
-                    a, e = st[r], en[r]
-                    g.append((sh[r], pos[a:e], loc[a:e]))
-        out.append(g)
-    return out
 
 
 def decode_batch(

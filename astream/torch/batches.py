@@ -22,7 +22,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
-from astream.placement import dataloader_worker as _worker
+from astream.runtime.placement import dataloader_worker as _worker
 from astream.torch.shm import RingOwner, WorkerRing
 
 __all__ = ["BatchDataset", "RingView", "identity"]

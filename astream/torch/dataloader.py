@@ -38,8 +38,8 @@ from astream import bridge
 from astream.core.batchdecode import batch_rows
 from astream.core.world import World
 from astream.errors import ConfigError
-from astream.placement import detect
 from astream.runtime.lead import LeadEnds, close_writers, open_pipes
+from astream.runtime.placement import detect
 from astream.torch.batches import identity as _identity
 from astream.torch.dataset import StreamingDataset
 from astream.torch.shm import RingCollate, adopt_premade
@@ -209,14 +209,14 @@ class StreamingDataLoader(DataLoader):  # type: ignore[type-arg]
         self._columns = batch_format is not None
         self._pack: Any = None
         self._worker_iter = 0  # iterations of the current (persistent) workers, from 0
-        if dataset.pack is not None:  # pack_to: sequences with their cursors (torch/packing.py)
+        if dataset.pack is not None:  # pack_to: sequences with their cursors (torch/pack_loader.py)
             if handover == "ring" and batch_format is None:
                 raise ConfigError(
                     "handover='ring' with pack_to and no batch_format: packed sequences "
                     "collated by a collate_fn are handed over by torch's own pickling (pass "
                     "batch_format to stack packed batches in the workers' rings)"
                 )
-            from astream.torch.packing import LoaderPack, pack_loader_args
+            from astream.torch.pack_loader import LoaderPack, pack_loader_args
 
             dataset, kwargs = pack_loader_args(
                 dataset, args, kwargs, batch_format, ragged, shared_memory=handover != "torch"

@@ -45,7 +45,7 @@ class StreamingDataset(StreamingCore, IterableDataset):  # type: ignore[type-arg
         torch's own pickling instead). See docs/batches.md."""
         if self.pack is not None:  # pack_to: batches of packed sequences
             from astream.packing import check_batches
-            from astream.torch.packing import PackView
+            from astream.torch.pack_loader import PackView
 
             size = check_batches(self, None, ragged)
             self._batch_converter(batch_format)

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from astream.core.batchdecode import ColumnBatch
-from astream.placement import dataloader_worker as _worker
+from astream.runtime.placement import dataloader_worker as _worker
 
 __all__ = ["RingCollate", "RingOwner", "SlotBatch", "TreeBatch", "WorkerRing", "mapped_slots"]
 

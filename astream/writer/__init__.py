@@ -1,4 +1,8 @@
-"""Writing datasets: MDSWriter, the split-format writers, merge_index, the upload-sink contract."""
+"""Writing datasets: MDSWriter, the split-format writers, merge_index, the upload-sink contract.
+
+May import: astream.errors, the core, the loop bridge and the storage layer; not the runtime nor
+the API layer: writing a dataset needs no reader. tests/test_layers.py checks it.
+"""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from astream.core.index import ShardEntry
-from astream.errors import ConfigError, UnsupportedEncodingError
+from astream.errors import ConfigError, MissingColumnError, UnsupportedEncodingError
 from astream.writer.mds import ShardWriter, SinkFactory
 
 __all__ = ["CSVWriter", "JSONWriter", "SplitWriter", "TSVWriter", "XSVWriter"]
@@ -201,7 +201,7 @@ class JSONWriter(SplitWriter):
             try:
                 value = sample[name]
             except KeyError:
-                raise ConfigError(f"sample is missing column {name!r}") from None
+                raise MissingColumnError(f"sample is missing column {name!r}") from None
             _check_value(name, enc, value)
             obj[name] = value
         try:
@@ -271,7 +271,7 @@ class XSVWriter(SplitWriter):
             try:
                 value = sample[name]
             except KeyError:
-                raise ConfigError(f"sample is missing column {name!r}") from None
+                raise MissingColumnError(f"sample is missing column {name!r}") from None
             _check_value(name, enc, value)
             if enc == "int" and isinstance(value, bool):
                 raise ConfigError(

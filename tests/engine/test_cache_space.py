@@ -12,7 +12,8 @@ import os
 import pytest
 
 from astream.errors import AstreamError, CacheError
-from astream.runtime.cache import TMP_MARK, CacheSpace, ShardFiles, disk_error, unlink_shard
+from astream.runtime.cache import TMP_MARK, CacheSpace, ShardFiles, unlink_shard
+from astream.runtime.diskerror import disk_error
 from astream.runtime.locks import FileLock
 
 

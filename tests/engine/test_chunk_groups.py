@@ -1,5 +1,5 @@
-"""Planned batches grouped by shard a chunk at a time (``reader.chunk_groups``, read by
-``prefetch.Lookahead``) equal the per-batch grouping (``reader.batch_groups``) exactly: the
+"""Planned batches grouped by shard a chunk at a time (``batch_groups.chunk_groups``, read by
+``prefetch.Lookahead``) equal the per-batch grouping (``batch_groups.batch_groups``) exactly: the
 lists the decoders walk, and the ``local``/``which`` arrays the columnar path reads."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from astream.runtime.batch_groups import BatchGroups, batch_groups, chunk_groups
 from astream.runtime.prefetch import Lookahead
-from astream.runtime.reader import BatchGroups, batch_groups, chunk_groups
 
 
 class _Catalog:

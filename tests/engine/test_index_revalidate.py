@@ -14,7 +14,7 @@ import pytest
 
 from astream.core.index import Index, dump_index
 from astream.core.shard_table import compact_meta
-from astream.runtime.catalog import COMPACT, COMPACT_MIN, INDEX, load_index
+from astream.runtime.index_load import COMPACT, COMPACT_MIN, INDEX, load_index
 from astream.storage import ObjectStore, open_store
 
 BUCKETS = {"s3": ("s3_bucket", "s3_server"), "gcs": ("gcs_bucket", "gcs_server"),

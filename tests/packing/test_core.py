@@ -1,4 +1,4 @@
-"""The pure packer and stream layout (astream/core/packing.py), against naive references."""
+"""The pure packer and stream layout (astream/core/token_packer.py), against naive references."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from astream.core.order import StreamSpec, plan_epoch
-from astream.core.packing import PackSpec, StreamLayout, check_pack, pack_tokens, token_dtype
+from astream.core.token_packer import PackSpec, StreamLayout, check_pack, pack_tokens, token_dtype
 from astream.core.world import World
 from astream.errors import ConfigError
 

@@ -17,19 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from astream import Stream, StreamingDataset
-from astream.core.parquet import (
-    ParquetFile,
-    ParquetTable,
-    RowGroup,
-    compact_shards,
-    compact_table,
-    dump_compact,
-    dump_table,
-    load_compact,
-    row_group_shards,
-)
 from astream.errors import ConfigError, FormatError
-from astream.runtime.parquet_index import CACHE_NAME, build_table
+from astream.parquet.compact import compact_shards, compact_table, dump_compact, load_compact
+from astream.parquet.io_index import CACHE_NAME, build_table
+from astream.parquet.published import dump_table
+from astream.parquet.table import ParquetFile, ParquetTable, RowGroup, row_group_shards
 from astream.storage import open_store
 
 from .conftest import write_table
@@ -132,18 +124,18 @@ def _ds(root: str, local: str) -> StreamingDataset:
 
 
 def test_damaged_and_old_caches_are_rebuilt(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from astream.runtime import parquet_index
+    from astream.parquet import io_footers
 
     root = str(tmp_path / "t")
     write_table(root, [(30, 7), (20, 16)])
     reads: list[str] = []
-    real = parquet_index._read_footer
+    real = io_footers.read_footer
 
     async def counting(store: Any, info: Any) -> Any:
         reads.append(info.key)
         return await real(store, info)
 
-    monkeypatch.setattr(parquet_index, "_read_footer", counting)
+    monkeypatch.setattr(io_footers, "read_footer", counting)
     local = str(tmp_path / "c")
     want = [x["label"] for x in _ds(root, local)]
     path = os.path.join(local, ".astream", CACHE_NAME)
@@ -178,21 +170,21 @@ def test_warm_start_makes_no_file_objects(tmp_path: Any, monkeypatch: pytest.Mon
     """Over an unchanged table, a warm start builds one ParquetFile (the first shard's entry:
     the dataset checks each shard configuration once), not one per file: the shards come from
     the cached arrays; a read makes the file it reads."""
-    from astream.core import parquet
+    from astream.parquet import compact
 
     root = str(tmp_path / "t")
     write_table(root, [(30, 7), (20, 16), (10, 5)])
     local = str(tmp_path / "c")
     want = [x["label"] for x in _ds(root, local)]
     made: list[str] = []
-    real = parquet.CompactTable.file
+    real = compact.CompactTable.file
 
     def counting(self: Any, i: int) -> Any:
         if i not in self._files:
             made.append(self.keys[i])
         return real(self, i)
 
-    monkeypatch.setattr(parquet.CompactTable, "file", counting)
+    monkeypatch.setattr(compact.CompactTable, "file", counting)
     ds = _ds(root, local)
     assert len(ds) == 60 and made == ["part-0.parquet"]
     assert ds[35]["label"] == want[35] and "part-1.parquet" in made
@@ -205,7 +197,8 @@ def test_union_bytes_both_ways(rows: list[tuple[int, tuple[int, int]]]) -> None:
     would overflow int64: huge objects) give merge_ranges' covered bytes."""
     import numpy as np
 
-    from astream.core.parquet import _union_bytes, merge_ranges
+    from astream.parquet.compact import _union_bytes
+    from astream.parquet.table import merge_ranges
 
     gid = np.array([g for g, _ in rows], dtype=np.int64)
     s = np.array([r[0] for _, r in rows], dtype=np.int64)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from astream.runtime.parquet_read import _column_values
+from astream.parquet.values import column_values as _column_values
 
 
 def _expected(arr: pa.Array) -> list[Any]:
@@ -107,7 +107,7 @@ def test_decoding_imports_no_pandas(tmp_path: Any) -> None:
     pq.write_table(pa.table(cols), path, row_group_size=8)
     code = (
         "import sys, pyarrow.parquet as pq\n"
-        "from astream.runtime.parquet_read import _column_values\n"
+        "from astream.parquet.values import column_values as _column_values\n"
         f"t = pq.ParquetFile({path!r}).read_row_group(1)\n"
         "cols = [_column_values(t.column(n)) for n in t.column_names]\n"
         "[c[i] for c in cols for i in range(len(c))]\n"
@@ -122,15 +122,15 @@ def test_warm_dataset_imports_pyarrow_before_workers_fork(tmp_path: Any, monkeyp
     forked DataLoader workers inherit it rather than each importing it before its first row
     group (counted at the one place that imports it)."""
     from astream import StreamingDataset
-    from astream.runtime import parquet_index
+    from astream.parquet import arrow, io_footers
 
     from .conftest import write_table
 
     root, cache = str(tmp_path / "table"), str(tmp_path / "cache")
     write_table(root, [(20, 8)])
     StreamingDataset(remote=root, local=cache, format="parquet", batch_size=1)  # cold
-    real, calls = parquet_index._pq, []
-    monkeypatch.setattr(parquet_index, "_pq", lambda: calls.append(1) or real())
-    monkeypatch.setattr(parquet_index, "footer_file", None)  # a footer read would fail
+    real, calls = arrow.pyarrow_parquet, []
+    monkeypatch.setattr(arrow, "pyarrow_parquet", lambda: calls.append(1) or real())
+    monkeypatch.setattr(io_footers, "footer_file", None)  # a footer read would fail
     ds = StreamingDataset(remote=root, local=cache, format="parquet", batch_size=1)  # warm
     assert len(ds) == 20 and calls

@@ -1,4 +1,4 @@
-"""The decoded row group shared by a node's processes (runtime/parquet_read.py): decoded once
+"""The decoded row group shared by a node's processes (parquet/io_rowgroup.py): decoded once
 per node with 2 real DataLoader workers, mapped by every later reader, counted under
 ``cache_limit`` and evicted with its row group, never trusted when incomplete."""
 
@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from astream import Stream, StreamingDataLoader, StreamingDataset
-from astream.runtime import parquet_read
+from astream.parquet import io_rowgroup
 from astream.runtime.cache import TMP_MARK
 
 from .conftest import same
@@ -68,7 +68,7 @@ def ds_of(root: str, cache: str, **kw: Any) -> StreamingDataset:
 
 
 def sides(cache: str) -> list[str]:
-    return sorted(f for f in os.listdir(cache) if f.endswith(parquet_read.SIDE_SUFFIX))
+    return sorted(f for f in os.listdir(cache) if f.endswith(io_rowgroup.SIDE_SUFFIX))
 
 
 def _listed(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -80,16 +80,16 @@ def decodes(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Every pyarrow decode of this test, in any process (forked workers inherit the patch),
     appended to a file: the list of decoded row groups' names."""
     log = str(tmp_path / "decodes.log")
-    real = parquet_read.decode_row_group
+    real = io_rowgroup.decode_row_group
 
     def counting(path: str, shard: Any, entry: Any) -> Any:
         with open(log, "a") as f:
             f.write(entry.raw_data.basename + "\n")
         return real(path, shard, entry)
 
-    monkeypatch.setattr(parquet_read, "decode_row_group", counting)
-    monkeypatch.setattr(parquet_read, "_decoded", OrderedDict())
-    monkeypatch.setattr(parquet_read, "_decoded_bytes", 0)
+    monkeypatch.setattr(io_rowgroup, "decode_row_group", counting)
+    monkeypatch.setattr(io_rowgroup, "_decoded", OrderedDict())
+    monkeypatch.setattr(io_rowgroup, "_decoded_bytes", 0)
 
     def read() -> list[str]:
         if not os.path.exists(log):
@@ -138,7 +138,7 @@ def test_decoded_files_count_under_cache_limit_and_go_with_their_row_group(
     list(ds_of(root, full, shuffle=False))
     names = [f for f in os.listdir(full) if f.startswith("big.parquet.rg")]
     raw = {f: os.path.getsize(os.path.join(full, f)) for f in names
-           if not f.endswith(parquet_read.SIDE_SUFFIX)}  # fmt: skip
+           if not f.endswith(io_rowgroup.SIDE_SUFFIX)}  # fmt: skip
     side = {f: os.path.getsize(os.path.join(full, f)) for f in sides(full)}
     assert len(raw) == len(side) == GROUPS
     # what the cache counts: the raw chunks and the decoded files
@@ -147,8 +147,8 @@ def test_decoded_files_count_under_cache_limit_and_go_with_their_row_group(
     # evicting a row group deletes its decoded file with it
     freed = ds_full.evict_shard(0)
     first = sorted(raw)[0]
-    assert freed == raw[first] + side[first + parquet_read.SIDE_SUFFIX]
-    assert not os.path.exists(os.path.join(full, first + parquet_read.SIDE_SUFFIX))
+    assert freed == raw[first] + side[first + io_rowgroup.SIDE_SUFFIX]
+    assert not os.path.exists(os.path.join(full, first + io_rowgroup.SIDE_SUFFIX))
     # a limit of two row groups and one decoded file: usage never exceeds it (a decoded file
     # is written only into free room), samples stay exact, decoded files were written and
     # evicted along the way
@@ -168,7 +168,7 @@ def test_decoded_files_count_under_cache_limit_and_go_with_their_row_group(
     # whether a decoded file found room (on a busy machine three raw groups can be left)
     fetched = int(ds.stats.snapshot()["shards_fetched"])
     left = [f for f in os.listdir(cache)
-            if f.startswith("big.parquet.rg") and not f.endswith(parquet_read.SIDE_SUFFIX)
+            if f.startswith("big.parquet.rg") and not f.endswith(io_rowgroup.SIDE_SUFFIX)
             and TMP_MARK not in f]  # fmt: skip
     assert fetched >= GROUPS - 1 and len(left) <= 3  # three fit when no decoded file is kept
     assert seen_sides >= 1 and ds.engine.space.evictions == fetched - len(left) >= 1
@@ -192,10 +192,10 @@ def test_incomplete_decoded_files_are_never_trusted(big: Any, fresh: Any, decode
         f.truncate(os.path.getsize(bad) // 2)
     with open(os.path.join(cache, names[1]), "wb") as f:
         f.write(b"\0" * 4096)
-    parquet_read._decoded.clear()
+    io_rowgroup._decoded.clear()
     got = list(ds_of(root, cache, shuffle=False))
     assert all(same(g, w) for g, w in zip(got, rows)) and len(got) == len(rows)
-    assert sorted(decodes()[GROUPS:]) == sorted(n[: -len(parquet_read.SIDE_SUFFIX)]
+    assert sorted(decodes()[GROUPS:]) == sorted(n[: -len(io_rowgroup.SIDE_SUFFIX)]
                                                 for n in names[:2])  # fmt: skip
     for n in names[:2]:  # rewritten, complete
         assert pa.ipc.open_file(pa.memory_map(os.path.join(cache, n))).read_all().num_rows == ROWS

@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from astream import Stream, StreamingDataset
-from astream.core.parquet import INDEX_NAME
 from astream.errors import FormatError
-from astream.runtime.parquet_index import _list_all
+from astream.parquet.io_index import _list_all
+from astream.parquet.published import INDEX_NAME
 from astream.storage import open_store
 from astream.storage.sync import upload, upload_key
 
@@ -310,18 +310,18 @@ def test_the_collector_is_off_while_footers_are_read_and_back_after(
 ) -> None:
     import gc
 
-    from astream.runtime import parquet_index
+    from astream.parquet import io_footers
 
     root = str(tmp_path / "t")
     _write(root, [f"f{i}.parquet" for i in range(4)])
     seen: list[bool] = []
-    real = parquet_index._read_footer
+    real = io_footers.read_footer
 
     async def recording(*args: Any, **kw: Any) -> Any:
         seen.append(gc.isenabled())
         return await real(*args, **kw)
 
-    monkeypatch.setattr(parquet_index, "_read_footer", recording)
+    monkeypatch.setattr(io_footers, "read_footer", recording)
     assert gc.isenabled()
     ds = StreamingDataset(remote=root, local=str(tmp_path / "c"), format="parquet", batch_size=2)
     assert len(ds) == 8
@@ -331,14 +331,14 @@ def test_the_collector_is_off_while_footers_are_read_and_back_after(
     with pytest.raises(FormatError, match=r"f9\.parquet"):
         StreamingDataset(remote=root, local=str(tmp_path / "c2"), format="parquet", batch_size=2)
     assert gc.isenabled()  # a build that failed gives it back too
-    with parquet_index.gc_paused():
-        with parquet_index.gc_paused():  # builds overlapping: back when the last one ends
+    with io_footers.gc_paused():
+        with io_footers.gc_paused():  # builds overlapping: back when the last one ends
             pass
         assert not gc.isenabled()
     assert gc.isenabled()
     gc.disable()  # a process that runs without it keeps it off
     try:
-        with parquet_index.gc_paused():
+        with io_footers.gc_paused():
             pass
         assert not gc.isenabled()
     finally:

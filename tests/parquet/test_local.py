@@ -13,9 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from astream import Stream, StreamingDataset
-from astream.core.parquet import INDEX_NAME, select_keys
 from astream.errors import ConfigError, FormatError
-from astream.runtime.parquet_index import CACHE_NAME
+from astream.parquet.io_index import CACHE_NAME
+from astream.parquet.published import INDEX_NAME
+from astream.parquet.table import select_keys
 
 from .conftest import LAYOUT, same, write_table
 
@@ -157,17 +158,17 @@ def test_truncated_and_corrupt_footers_name_the_file(pq_table: Any, tmp_path: An
 def test_warm_start_reads_no_footer_and_changed_file_is_refused(
     pq_table: Any, tmp_path: Any, fresh: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from astream.runtime import parquet_index
+    from astream.parquet import io_footers
 
     root = _copy(pq_table[0], str(tmp_path / "t"))
     reads: list[str] = []
-    real = parquet_index._read_footer
+    real = io_footers.read_footer
 
     async def counting(store: Any, info: Any) -> Any:
         reads.append(info.key)
         return await real(store, info)
 
-    monkeypatch.setattr(parquet_index, "_read_footer", counting)
+    monkeypatch.setattr(io_footers, "read_footer", counting)
     local = fresh()
     pq_ds(root, local)
     assert sorted(reads) == [f"part-{k}.parquet" for k in range(4)]
@@ -192,7 +193,7 @@ def test_published_index_serves_a_fresh_cache(
 ) -> None:
     from astream.__main__ import main  # noqa: F401  (the CLI entry point)
     from astream.cli import main as cli
-    from astream.runtime import parquet_index
+    from astream.parquet import io_footers
 
     root = _copy(pq_table[0], str(tmp_path / "t"))
     assert cli(["index", root]) == 0
@@ -204,7 +205,7 @@ def test_published_index_serves_a_fresh_cache(
         reads.append(info.key)
         raise AssertionError("a footer was read")
 
-    monkeypatch.setattr(parquet_index, "_read_footer", no_footers)
+    monkeypatch.setattr(io_footers, "read_footer", no_footers)
     ds = pq_ds(root, fresh(), columns=["label"])
     assert reads == [] and [x["label"] for x in ds] == list(range(170))
     # a file changed after `astream index`: refused, naming it
@@ -243,20 +244,20 @@ def test_shuffled_epoch_decodes_each_row_group_once(
 ) -> None:
     """A shuffle moves between many row groups (40 here, more than the reader keeps open):
     each is decoded once per process, not once per visit."""
-    from astream.runtime import parquet_read
+    from astream.parquet import io_rowgroup
 
     root = str(tmp_path / "many")
     write_table(root, [(200, 5)])  # 40 row groups in one file
     decoded: list[str] = []
-    real = parquet_read.decode_row_group
+    real = io_rowgroup.decode_row_group
 
     def counting(path: str, shard: Any, entry: Any) -> Any:
         decoded.append(entry.raw_data.basename)
         return real(path, shard, entry)
 
-    monkeypatch.setattr(parquet_read, "decode_row_group", counting)
-    monkeypatch.setattr(parquet_read, "_decoded", parquet_read.OrderedDict())
-    monkeypatch.setattr(parquet_read, "_decoded_bytes", 0)
+    monkeypatch.setattr(io_rowgroup, "decode_row_group", counting)
+    monkeypatch.setattr(io_rowgroup, "_decoded", io_rowgroup.OrderedDict())
+    monkeypatch.setattr(io_rowgroup, "_decoded_bytes", 0)
     ds = pq_ds(root, fresh(), shuffle=True, shuffle_block_size=200, columns=["label"])
     assert sorted(x["label"] for x in ds) == list(range(200))
     assert len(decoded) == 40 and len(set(decoded)) == 40
@@ -270,7 +271,7 @@ def test_footer_longer_than_the_tail_read_takes_a_second_get(
     with the GET count the split implies; and an encrypted footer (``PARE``) is refused."""
     import asyncio
 
-    from astream.runtime import parquet_index
+    from astream.parquet import io_footers
     from astream.storage.registry import open_store
 
     root = _copy(pq_table[0], str(tmp_path / "t"))
@@ -288,22 +289,22 @@ def test_footer_longer_than_the_tail_read_takes_a_second_get(
     with open(os.path.join(root, key), "rb") as f:
         f.seek(info.size - 8)
         n = int.from_bytes(f.read(4), "little")  # the footer's Thrift length
-    assert 200 < n < parquet_index.TAIL - 8
-    usual = asyncio.run(parquet_index._read_footer(store, info))
-    assert ranges == [(max(0, info.size - parquet_index.TAIL), info.size)]
+    assert 200 < n < io_footers.TAIL - 8
+    usual = asyncio.run(io_footers.read_footer(store, info))
+    assert ranges == [(max(0, info.size - io_footers.TAIL), info.size)]
     for tail, gets in ((n + 8, 1), (n + 7, 2), (n // 2, 2), (12, 2)):
         ranges.clear()
-        monkeypatch.setattr(parquet_index, "TAIL", tail)
-        got = asyncio.run(parquet_index._read_footer(store, info))
+        monkeypatch.setattr(io_footers, "TAIL", tail)
+        got = asyncio.run(io_footers.read_footer(store, info))
         assert got == usual and got.footer == usual.footer, tail
         assert len(ranges) == gets, (tail, ranges)
         assert ranges[0] == (info.size - tail, info.size)
         if gets == 2:  # the head: from the footer's first byte to where the tail read began
             assert ranges[1] == (info.size - 8 - n, info.size - tail)
-    monkeypatch.setattr(parquet_index, "TAIL", 64 << 10)
+    monkeypatch.setattr(io_footers, "TAIL", 64 << 10)
     with open(os.path.join(root, key), "r+b") as f:  # the encrypted-footer magic
         f.seek(info.size - 4)
         f.write(b"PARE")
     info = asyncio.run(store.head(key))
     with pytest.raises(FormatError, match=r"part-0\.parquet: encrypted Parquet footers"):
-        asyncio.run(parquet_index._read_footer(store, info))
+        asyncio.run(io_footers.read_footer(store, info))

@@ -1,5 +1,5 @@
 """A few rows of a row group read by pages through the file's page index
-(``core/parquet_pages.py``, ``runtime/parquet_range.py``): a one-page file decodes to exactly
+(``parquet/pages.py``, ``parquet/io_pages.py``): a one-page file decodes to exactly
 the rows of that page, and a cold iteration's first batches read pages (counted at the proxy)
 and yield the same samples, in the same order, as the same iteration reading whole row groups.
 """
@@ -21,10 +21,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from astream import StreamingDataLoader, StreamingDataset
-from astream.core import thrift
-from astream.core.parquet import merge_ranges
-from astream.core.parquet_pages import footer_struct, one_page_file, page_layout
-from astream.runtime.parquet_range import _levels, decode_rows, layout_of, page_ranges
+from astream.parquet import thrift
+from astream.parquet.io_pages import _levels, decode_rows, layout_of, page_ranges
+from astream.parquet.pages import footer_struct, one_page_file, page_layout
+from astream.parquet.table import merge_ranges
 from astream.storage.sync import upload
 
 from .conftest import make_rows, same, table_of
@@ -123,8 +123,8 @@ def test_no_page_index_or_bad_footer() -> None:
 
 def test_malformed_footers_are_no_page_index() -> None:
     """Footers that parse as Thrift but not as Parquet never raise past the page code."""
-    from astream.core.parquet_pages import has_page_index
-    from astream.core.thrift import BINARY, I32, LIST, STRUCT, Struct
+    from astream.parquet.pages import has_page_index
+    from astream.parquet.thrift import BINARY, I32, LIST, STRUCT, Struct
 
     ints = Struct({2: (LIST, (I32, [1, 2])), 4: (LIST, (I32, [3]))})  # lists of the wrong type
     assert has_page_index(thrift.encode(ints)) is False
@@ -185,7 +185,7 @@ def test_page_decoding_imports_no_pandas(tmp_path: Any) -> None:
     code = (
         "import sys\n"
         "from astream import StreamingDataset\n"
-        "from astream.runtime.parquet_range import decode_rows, layout_of, page_ranges\n"
+        "from astream.parquet.io_pages import decode_rows, layout_of, page_ranges\n"
         f"ds = StreamingDataset(local={root!r}, format='parquet',\n"
         "                      columns=['label', 'tok', 'nest', 'txt'])\n"
         "entry = ds.engine.catalog.entries[0]\n"
@@ -425,10 +425,10 @@ def test_one_group_read_whole_reads_its_batch_whole(
     """When one row group of a batch is over ``page_share`` (made so here for the first one
     planned), no row group of that batch is read by pages: the batch waits for that group's
     download anyway, and page reads would only hold it back."""
-    from astream.runtime import parquet_range
+    from astream.parquet import io_pages
 
     root, rows, url, proxy = _served(tmp_path, s3_bucket, s3_server, make_proxy, paged=True)
-    real = parquet_range.page_ranges
+    real = io_pages.page_ranges
     planned: list[Any] = []
 
     def ranges(entry: Any, got: Any, want: list[int]) -> Any:
@@ -438,7 +438,7 @@ def test_one_group_read_whole_reads_its_batch_whole(
             out = [*out, (0, 1 << 40)]
         return out
 
-    monkeypatch.setattr(parquet_range, "page_ranges", ranges)
+    monkeypatch.setattr(io_pages, "page_ranges", ranges)
     ds = _ds(url, str(tmp_path / "c"), proxy.url, 1)
     assert sorted(int(s["label"]) for s in ds) == [r["label"] for r in rows]
     assert len({id(e) for e in planned}) > 1  # the batch had other row groups to read by pages

@@ -15,8 +15,8 @@ from torch.utils.data import get_worker_info
 
 from astream import StreamingDataLoader, StreamingDataset
 from astream.core.world import World
+from astream.runtime.batch_groups import batch_groups
 from astream.runtime.engine import Engine
-from astream.runtime.reader import batch_groups
 from astream.storage.sync import upload
 
 

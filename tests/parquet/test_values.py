@@ -17,10 +17,10 @@ import pytest
 
 from astream import LocalDataset, StreamingDataset
 from astream.cli import main as astream_cli
-from astream.core import thrift
 from astream.errors import ConfigError, FormatError
-from astream.runtime import parquet_values
-from astream.runtime.parquet_values import unsupported
+from astream.parquet import thrift
+from astream.parquet import values as parquet_values
+from astream.parquet.values import unsupported
 
 from .oracle import rows_of, same_row
 
@@ -209,9 +209,9 @@ def test_null_elements_through_the_shared_decoded_file(tmp_path: Any) -> None:
     sides = [f for f in os.listdir(cache) if f.endswith(".arrow")]
     assert len(sides) == 2  # both row groups decoded into the cache
     again = _ds(root, cache)  # a fresh process state would map them: read them back
-    from astream.runtime import parquet_read
+    from astream.parquet import io_rowgroup
 
-    parquet_read._decoded.clear()
+    io_rowgroup._decoded.clear()
     for got in (first, list(again), [again[i] for i in range(0, 6000, 97)]):
         step = 1 if len(got) == 6000 else 97
         assert all(same_row(g, want[i * step]) for i, g in enumerate(got))

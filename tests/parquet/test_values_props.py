@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from astream import StreamingDataset
 from astream.errors import FormatError
-from astream.runtime.parquet_range import PageRows, decode_rows, layout_of, page_ranges
+from astream.parquet.io_pages import PageRows, decode_rows, layout_of, page_ranges
 
 from .oracle import expected, rows_of, same_row
 

@@ -1,4 +1,5 @@
-"""The planner's figures for the eviction runs of docs/plan.md "Measured", one JSON row each.
+"""The planner's figures for the eviction runs of docs/results/plan.md "Measured", one JSON row
+each.
 
 ``python tests/plan/pins_plan.py OUT.jsonl``: writes bench_evict's dataset (3,000 samples,
 shards of <= 5,000 B, seed 9176) and the lockstep test's (tests/engine/test_eviction.py) into a

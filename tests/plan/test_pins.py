@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from astream.core.cachesim import CacheReplay
-from astream.plan import PIN_WAITS, _timeline, simulate_index, synthetic_index
+from astream.plan import PIN_WAITS, simulate_index, synthetic_index
+from astream.plan.timing import timeline as _timeline
 
 ONES = np.ones(4, np.int64)  # shards 0..3 of 1 byte each
 

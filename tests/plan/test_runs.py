@@ -83,7 +83,7 @@ def test_runs_model_flags_a_cache_below_the_working_set() -> None:
 
 
 def test_auto_model_switches_on_node_samples() -> None:
-    from astream import plan as planmod
+    from astream.plan import reads as planmod  # where model='auto' reads the threshold
 
     index = synthetic_index(40_000, 20)
     res = simulate_index(index, batch_size=8, nodes=2, shuffles=["astream"])

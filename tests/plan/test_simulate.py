@@ -93,3 +93,13 @@ def test_simulate_without_limit_downloads_each_shard_once() -> None:
         assert r.epochs[0].high_water == sum(1000 + i for i in range(20))
     with pytest.raises(ConfigError, match="cache_policy"):
         simulate_index(index, batch_size=8, cache_policy="fifo")
+
+
+def test_quality_scores_a_prefix_against_the_whole_dataset() -> None:
+    """``index_order`` of the first ``quality_samples`` samples is measured against the ids of
+    the whole dataset, not of the prefix: in index order each step is 1 id."""
+    from astream.plan import synthetic_index
+
+    index = synthetic_index(10_000, 10)
+    res = simulate_index(index, batch_size=10, shuffles=["none"], quality_samples=1000)
+    assert res[0].quality["index_order"] == round(3 / 10_001, 4) == 0.0003

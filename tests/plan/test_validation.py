@@ -7,7 +7,7 @@ a per-request latency and a bandwidth cap. Measured: shard bytes served by the p
 peak bytes (sampled under the cache lock), the wait for the first batch and the share of the
 epoch spent waiting for later batches. Predicted: the same figures from the index alone.
 
-Tolerances (docs/plan.md, "Validation"):
+Tolerances (docs/results/plan.md, "Validation"):
 
 - bytes: within the plan's range over ``INTERLEAVINGS`` seeded interleavings of the consumers
   and their prefetches (``simulate(interleavings=...)``), widened by ``TOL`` at each end: which
@@ -205,7 +205,7 @@ def _plan(src: str, limit: int, bandwidth: float) -> Any:
 
 
 def _record(figures: dict[str, Any]) -> None:
-    out = os.environ.get("ASTREAM_VALIDATION_RESULTS")  # docs/plan.md's "Validation": raw
+    out = os.environ.get("ASTREAM_VALIDATION_RESULTS")  # docs/results/plan.md's "Validation": raw
     if out:
         with open(out, "a") as fh:
             fh.write(json.dumps(figures) + "\n")

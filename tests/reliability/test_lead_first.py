@@ -190,7 +190,7 @@ def test_worker_uses_the_main_bytes_of_shards_it_still_reads_by_ranges(
     it plans its first batch's ranges)."""
     import shutil
 
-    from astream.placement import dataloader_worker
+    from astream.runtime.placement import dataloader_worker
 
     proxy = make_proxy(s3_server.url)
     sizes = shard_sizes(big_src)

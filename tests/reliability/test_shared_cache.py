@@ -19,7 +19,7 @@ import pytest
 from astream import MDSWriter, StreamingDataset
 from astream.errors import ConfigError
 from astream.runtime.binding import BINDING, ENTRY_MARK, index_digest, read_binding
-from astream.runtime.catalog import INDEX
+from astream.runtime.index_load import INDEX
 
 from .conftest import check_samples, write_ds
 

@@ -1,4 +1,8 @@
-"""A few rows of a row group read by pages (``core/parquet_pages.py``), not the whole group.
+"""A few rows of a row group read by pages (``parquet/pages.py``), not the whole group.
+
+Runtime level: per-process state (kept layouts and offset indexes, under a lock re-made after
+a fork) and the decoded rows served like ``parquet/io_rowgroup.py``'s handles; the engine does
+the fetching.
 
 At the start of an iteration the engine reads the first batches' samples by ranged GETs while
 whole shards download (``Engine._range_read``). For an MDS shard that is the samples' bytes;
@@ -25,8 +29,8 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from astream.core.parquet import RowGroupShard
-from astream.core.parquet_pages import PageLayout, footer_struct, one_page_file, page_layout
+from astream.parquet.pages import PageLayout, footer_struct, one_page_file, page_layout
+from astream.parquet.table import RowGroupShard
 
 __all__ = ["PageRows", "decode_rows", "index_span", "keep_index", "kept_index", "layout_of"]
 
@@ -188,14 +192,14 @@ def decode_rows(entry: RowGroupShard, got: dict[tuple[int, int], bytes], rows: l
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from astream.runtime.parquet_read import _file_metadata, _normalized
+    from astream.parquet.arrow import file_metadata, normalized_table
 
     lay = layout_of(entry)
     if lay is None or not rows:
         return None
     src = entry.source
     assert src is not None
-    want_types = _file_metadata(src).schema.to_arrow_schema()
+    want_types = file_metadata(src).schema.to_arrow_schema()
     try:
         _load(lay, got)
         arrays = []
@@ -219,7 +223,7 @@ def decode_rows(entry: RowGroupShard, got: dict[tuple[int, int], bytes], rows: l
                     # ParquetFile, not read_table: read_table goes through pyarrow.dataset,
                     # whose import loads pandas (~0.4 s in each DataLoader worker's first batch)
                     t = pq.ParquetFile(pa.BufferReader(made[0])).read(use_threads=False)
-                    arr = _normalized(t, (c.name,)).column(0).chunk(0)
+                    arr = normalized_table(t, (c.name,)).column(0).chunk(0)
                     if len(arr) != end - start or _levels(arr) != made[1]:
                         return None  # not the page's rows and values: never trusted
                     typ = want_types.field(c.name).type
@@ -246,7 +250,7 @@ def _level_counts(arr: Any) -> Any:
     import numpy as np
     import pyarrow as pa
 
-    from astream.runtime.parquet_values import flat_values
+    from astream.parquet.values import flat_values
 
     if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
         return np.ones(len(arr), np.int64)
@@ -258,17 +262,17 @@ def _level_counts(arr: Any) -> Any:
 
 class PageRows:
     """Rows of a row group decoded from its pages: the interface of a ``RangeShard`` (and of
-    ``parquet_read.RowGroupHandle`` for the columnar path), ``slot[i]`` being row ``i``'s row in
+    ``io_rowgroup.RowGroupHandle`` for the columnar path), ``slot[i]`` being row ``i``'s row in
     :attr:`table`. Nothing of it is written to the cache."""
 
     __slots__ = ("_handle", "_rows", "slot")
 
     def __init__(self, entry: RowGroupShard, table: Any, slot: dict[int, int]) -> None:
-        from astream.runtime.parquet_read import RowGroupHandle, _Group
+        from astream.parquet.io_rowgroup import DecodedGroup, RowGroupHandle
 
         self.slot = slot
         self._rows = _RowsEntry(entry, table.num_rows)
-        self._handle = RowGroupHandle(_Group(table))
+        self._handle = RowGroupHandle(DecodedGroup(table))
 
     def sample(self, i: int) -> dict[str, Any]:
         return self._handle.sample(self.slot[i])
@@ -288,7 +292,7 @@ class PageRows:
 
 
 class _RowsEntry:
-    """What ``parquet_read`` checks a decoded table against: the projection and the row
+    """What ``io_rowgroup`` checks a decoded table against: the projection and the row
     count (here the rows read, not the group's)."""
 
     __slots__ = ("projection", "samples")

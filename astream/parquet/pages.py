@@ -8,13 +8,13 @@ dictionary-encoded page, the chunk's dictionary page: kilobytes to a megabyte, w
 row group is tens of megabytes. The start of an iteration reads its first batches that way
 while whole row groups download (``Engine._range_read``).
 
-:func:`page_layout` reads the footer (:mod:`astream.core.thrift`) and says, for a row group and
+:func:`page_layout` reads the footer (:mod:`astream.parquet.thrift`) and says, for a row group and
 a projection, where each column's offset index lies; :meth:`ColumnPages.load` parses a fetched
 offset index; :meth:`PageLayout.ranges_for` lists the byte ranges that hold some rows; and
 :func:`one_page_file` builds, from a column's dictionary page and one data page, a complete
 Parquet file of one row group and one column -- the footer's own schema subtree, column
 metadata and ``created_by``, with the sizes, offsets and value count of that page -- which any
-Parquet reader decodes (``runtime/parquet_read.py`` uses pyarrow). Its rows are the page's rows.
+Parquet reader decodes (``parquet/io_pages.py`` uses pyarrow). Its rows are the page's rows.
 
 Only the common case is served (else :func:`page_layout` returns None and the row group is
 read whole): every projected column a single leaf (a primitive, a string or binary, a list of
@@ -32,8 +32,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from astream.core import thrift
-from astream.core.thrift import BINARY, I32, I64, LIST, STRUCT, Struct
+from astream.parquet import thrift
+from astream.parquet.thrift import BINARY, I32, I64, LIST, STRUCT, Struct
 
 __all__ = [
     "ColumnPages",

@@ -2,7 +2,7 @@
 
 A struct decodes to a :class:`Struct`: per field id, its wire type and value. Encoding it again
 gives the same bytes for every field kept (integers, strings, lists, nested structs, booleans),
-so a footer can be read, a few fields changed, and written back (``core/parquet_pages.py``
+so a footer can be read, a few fields changed, and written back (``parquet/pages.py``
 builds one-page Parquet files that way) without a generated class per Parquet struct.
 
 Values by wire type: booleans ``bool``; ``BYTE``/``I16``/``I32``/``I64`` ``int``; ``DOUBLE``

@@ -8,6 +8,11 @@ otherwise, and pays neither torch's import time (1-2 s) nor its memory.
 torchrun sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE``; without them a
 process group the *user* initialised is asked (we never create or destroy one); without either
 this is a single process. The DataLoader's ``get_worker_info()`` gives the worker.
+
+A rank's part of the epoch is dealt once, by astream: :func:`resharding_error` is the check a
+dataset makes, on several ranks, that no trainer wrapper on the call stack (accelerate's,
+transformers') splits that part between the ranks a second time. It reads the stack only and
+imports neither package.
 """
 
 from __future__ import annotations
@@ -15,11 +20,18 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from astream.core.world import World
 from astream.errors import ConfigError
 
-__all__ = ["Placement", "detect"]
+__all__ = [
+    "Placement",
+    "dataloader_worker",
+    "detect",
+    "detect_resharding",
+    "resharding_error",
+]
 
 
 @dataclass(frozen=True)
@@ -83,3 +95,49 @@ def detect(replication: int | None = None) -> Placement:
             World(size // local, local // replication, workers), rank // replication, worker
         )
     return Placement(World(size // local, local, workers), rank, worker)
+
+
+# (module prefix, class name) of the wrappers that split an IterableDataset between ranks again.
+_RESHARDERS = {
+    ("accelerate", "DataLoaderDispatcher"),
+    ("accelerate", "IterableDatasetShard"),
+    ("transformers", "IterableDatasetShard"),
+}
+
+
+def detect_resharding() -> str | None:
+    """The name of an accelerate/transformers wrapper on the call stack that splits an iterable
+    dataset between ranks (and so would split astream's per-rank stream a second time), or None.
+    Imports nothing; cheap enough to call once per epoch from ``__iter__``."""
+    f: Any = sys._getframe(0)
+    while f is not None:
+        # only iterator frames and those packages' frames are asked for their locals (reading
+        # ``f_locals`` snapshots a frame's variables, which would keep the caller's objects alive)
+        code = f.f_code
+        asked = code.co_name == "__iter__" or any(
+            pkg in code.co_filename for pkg in ("accelerate", "transformers")
+        )
+        me = f.f_locals.get("self") if asked else None
+        if me is not None:
+            cls = type(me)
+            root = cls.__module__.split(".", 1)[0]
+            if (root, cls.__name__) in _RESHARDERS:
+                return f"{cls.__module__}.{cls.__name__}"
+        f = f.f_back
+    return None
+
+
+def resharding_error() -> ConfigError | None:
+    """The error for a StreamingDataset iterated under a wrapper that splits it between ranks
+    again (see :func:`detect_resharding`; called by the dataset when it runs on several ranks),
+    or None."""
+    found = detect_resharding()
+    if found is None:
+        return None
+    return ConfigError(
+        f"StreamingDataset is being split between ranks a second time by {found}: astream "
+        "already gives each rank its own part of the epoch, so this rank would see only part "
+        "of it (the Hugging Face Trainer passes iterable datasets through accelerate this way). "
+        "Use astream.integrations.hf.StreamingTrainer (or StreamingTrainerMixin) instead of "
+        "transformers.Trainer"
+    )

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 :func:`load_parquet` turns a Parquet source (a prefix listed through the ObjectStore, or an
 explicit list of keys that are HEADed) into an :class:`~astream.core.index.Index` of row-group
-virtual shards (:mod:`astream.core.parquet`):
+virtual shards (:mod:`astream.parquet.table`):
 
 1. List the objects (or, for ``files=``, read each unknown one's tail by a suffix-range GET,
    which also gives its size and identity, and HEAD the known ones): key, size,
@@ -30,10 +30,10 @@ virtual shards (:mod:`astream.core.parquet`):
    :class:`~astream.errors.ObjectChangedError`.
 4. The local cache is rewritten (atomically) when it gained or lost files.
 
-The local cache is the compact form (:class:`~astream.core.parquet.CompactTable`: columns,
+The local cache is the compact form (:class:`~astream.parquet.compact.CompactTable`: columns,
 digest-checked): a warm start whose listing is exactly the cached files (same keys in the same
 order, sizes and identities) returns it as is and builds the virtual shards from its arrays
-(:func:`~astream.core.parquet.compact_shards`); only a start that found new, removed or
+(:func:`~astream.parquet.compact.compact_shards`); only a start that found new, removed or
 changed files makes :class:`ParquetFile` objects (for the files it keeps, from the columns).
 
 ``published=True`` (``index_source="published"``) skips the listing: the table is the files
@@ -41,43 +41,35 @@ of the published index (:func:`_from_published`: one HEAD of it while the cache 
 that same object, else one conditional GET and the validating parse). Reads stay conditional
 on the published identities, so a rewritten file is an ObjectChangedError when read.
 
-pyarrow parses the footer Thrift (imported lazily: the ``[parquet]`` extra). A footer that is
-missing, truncated or corrupt is a :class:`FormatError` naming the object's URL.
+Footers are read by ``parquet/io_footers.py``. I/O (runtime level): this module lists and
+reads through the ObjectStore and writes the cache directory.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import json
 import os
-import struct
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 from astream.core.index import Index
-from astream.core.parquet import (
-    INDEX_NAME,
-    CompactTable,
-    ParquetFile,
-    ParquetTable,
-    RowGroup,
-    compact_shards,
-    compact_table,
-    dump_compact,
-    is_compact,
-    load_compact,
-    parse_table,
-    select_keys,
-)
 from astream.errors import (
     ConfigError,
     EmptyDatasetError,
     FormatError,
     ObjectNotFoundError,
 )
+from astream.parquet import arrow, io_footers
+from astream.parquet.compact import (
+    CompactTable,
+    compact_shards,
+    compact_table,
+    dump_compact,
+    is_compact,
+    load_compact,
+)
+from astream.parquet.published import INDEX_NAME, parse_table
+from astream.parquet.table import ParquetFile, ParquetTable, select_keys
 from astream.runtime.binding import (
     Binding,
     is_entry,
@@ -90,161 +82,12 @@ from astream.runtime.binding import (
 )
 from astream.storage.base import ObjectInfo, ObjectStore
 
-__all__ = ["build_table", "footer_file", "load_parquet", "CACHE_NAME"]
+__all__ = ["CACHE_NAME", "build_table", "load_parquet"]
 
 CACHE_NAME = "parquet-index.bin"  # under local/.astream/
 PUBLISHED_MARK = ".published"  # beside it: the published index a cache was made from
-TAIL = 64 << 10  # bytes read from the end of each object: the footer, in one GET usually
 CONCURRENCY = 64  # footer reads in flight
 LIST_CONCURRENCY = 16  # key ranges listed at once on a warm start (S3, GCS)
-
-
-def _pq() -> Any:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:  # pragma: no cover - the extra is installed in CI
-        raise ConfigError(
-            'format="parquet" needs pyarrow: pip install "astream[parquet]"'
-        ) from None
-    return pq
-
-
-def _leaves(t: Any) -> int:
-    n = t.num_fields
-    return 1 if n == 0 else sum(_leaves(t.field(i).type) for i in range(n))
-
-
-def footer_file(info: ObjectInfo, meta: bytes, store: ObjectStore) -> ParquetFile:
-    """A :class:`ParquetFile` from one object's identity and its footer Thrift bytes (the
-    object is ``info.key`` of ``store``: its URL is made only to name it in an error). A row
-    group of no rows is kept with no byte ranges (no shard is made of it). A footer whose
-    row count is not its row groups' sum, or a row group whose count is not the values of
-    its flat columns, is a ``FormatError``."""
-    pq = _pq()
-    import pyarrow as pa
-
-    try:
-        md = pq.read_metadata(
-            pa.BufferReader(b"PAR1" + meta + struct.pack("<I", len(meta)) + b"PAR1")
-        )
-        schema = md.schema.to_arrow_schema()
-    except (OSError, ValueError, pa.ArrowException) as exc:
-        raise FormatError(f"corrupt Parquet footer ({exc})", store.url_for(info.key)) from None
-    names = [f.name for f in schema]
-    widths = [_leaves(f.type) for f in schema]
-    if sum(widths) != md.num_columns:
-        raise FormatError(
-            f"footer lists {md.num_columns} column chunks, its schema {sum(widths)}",
-            store.url_for(info.key),
-        )
-    pad = 100 if (md.created_by or "").startswith("parquet-mr") else 0  # PARQUET-816
-    data_end = info.size - len(meta) - 8
-    flat = [md.schema.column(j).max_repetition_level == 0 for j in range(md.num_columns)]
-    groups = []
-    for g in range(md.num_row_groups):
-        rg = md.row_group(g)
-        if rg.num_rows == 0:  # nothing to read (writers leave its chunk offsets at 0)
-            groups.append(RowGroup(0, tuple(() for _ in widths)))
-            continue
-        leaf = 0
-        chunks: list[tuple[tuple[int, int], ...]] = []
-        for w in widths:
-            ranges = []
-            for j in range(leaf, leaf + w):
-                c = rg.column(j)
-                if flat[j] and c.num_values != rg.num_rows:  # one value (or null) per row
-                    raise FormatError(
-                        f"row group {g} says {rg.num_rows} rows, its column "
-                        f"{md.schema.column(j).path!r} holds {c.num_values} values",
-                        store.url_for(info.key),
-                    )
-                start = c.data_page_offset
-                d = c.dictionary_page_offset
-                if c.has_dictionary_page and d is not None and 0 < d < start:
-                    start = d
-                end = min(start + c.total_compressed_size + pad, data_end)
-                if not 4 <= start < end:
-                    raise FormatError(
-                        f"row group {g}, column {schema[len(chunks)].name!r}: chunk range "
-                        f"{start}-{end} lies outside the data pages (4-{data_end})",
-                        store.url_for(info.key),
-                    )
-                ranges.append((start, end))
-            leaf += w
-            chunks.append(tuple(sorted(ranges)))
-        groups.append(RowGroup(rg.num_rows, tuple(chunks)))
-    total = sum(g.rows for g in groups)
-    if total != md.num_rows:  # which rows does the file hold? neither count can be trusted
-        raise FormatError(
-            f"footer says {md.num_rows} rows, its row groups hold {total}",
-            store.url_for(info.key),
-        )
-    return ParquetFile(
-        info.key,
-        info.size,
-        info.etag,
-        tuple(names),
-        tuple(str(f.type) for f in schema),
-        tuple(groups),
-        bytes(meta),
-    )
-
-
-async def _read_footer(
-    store: ObjectStore, info: ObjectInfo, tail: bytes | None = None
-) -> ParquetFile:
-    """``tail``: the object's last ``TAIL`` bytes when already read (with its identity)."""
-
-    def bad(why: str) -> FormatError:  # the URL is made only for an error
-        return FormatError(why, store.url_for(info.key))
-
-    if info.size < 12:
-        raise bad(f"{info.size} bytes: too small to be a Parquet file")
-    n_tail = min(info.size, TAIL)
-    if tail is None:
-        tail = await store.get_range(info.key, info.size - n_tail, info.size)
-    if len(tail) != n_tail:
-        raise bad(f"object shorter than listed ({info.size} bytes)")
-    if tail[-4:] == b"PARE":
-        raise bad("encrypted Parquet footers are not supported")
-    if tail[-4:] != b"PAR1":
-        raise bad("no Parquet footer (missing PAR1 magic: truncated or not Parquet)")
-    (n,) = struct.unpack("<I", tail[-8:-4])
-    if n + 12 > info.size:
-        raise bad(f"footer length {n} does not fit in the {info.size}-byte object (truncated?)")
-    if n + 8 <= n_tail:
-        meta = tail[n_tail - 8 - n : n_tail - 8]
-    else:
-        head = await store.get_range(info.key, info.size - 8 - n, info.size - n_tail)
-        meta = head + tail[:-8]
-    return footer_file(info, meta, store)
-
-
-_GC_LOCK = threading.Lock()
-_gc_holds = [0, False]  # builds under way in this process; whether the collector was enabled
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a table's footers are read, back as it was
-    when the last build running in this process ends. Each footer read leaves ~20 container
-    objects alive (its entry) and ~2 in cycles (the HTTP client's); the full collections
-    that the survivors set off traverse every object of the process (torch's included) and
-    took 0.4-1 s of a 4-5 s cold start over 10,000 files (benchmarks/results/2026-12-03-fb4).
-    The cycles left meanwhile (~20,000 small objects for 10,000 footers) are collected by
-    the collector's next run after it is enabled again."""
-    with _GC_LOCK:
-        if _gc_holds[0] == 0:
-            _gc_holds[1] = gc.isenabled()
-            gc.disable()
-        _gc_holds[0] += 1
-    try:
-        yield
-    finally:
-        with _GC_LOCK:
-            _gc_holds[0] -= 1
-            if _gc_holds[0] == 0 and _gc_holds[1]:
-                gc.enable()
 
 
 async def _list_all(store: ObjectStore, known: list[str]) -> list[ObjectInfo]:
@@ -291,7 +134,7 @@ async def _objects(
             async with sem:
                 if k in seen or tail_of is None:
                     return await store.head(k)
-                got: tuple[ObjectInfo, bytes] = await tail_of(k, TAIL)
+                got: tuple[ObjectInfo, bytes] = await tail_of(k, io_footers.TAIL)
                 info, tails[k] = got
                 return info
 
@@ -324,7 +167,7 @@ async def _list_reading(
 
     async def read(info: ObjectInfo) -> ParquetFile:
         async with sem:
-            return await _read_footer(store, info)
+            return await io_footers.read_footer(store, info)
 
     def start(info: ObjectInfo) -> None:
         if select_keys([info.key], split):
@@ -404,7 +247,7 @@ async def _build(
     file or row group is made); else the table, footers read for the files no index knows."""
     started: dict[str, Any] = {}  # key -> the task reading its footer, begun while listing
     try:
-        with gc_paused():
+        with io_footers.gc_paused():
             return await _build_from(store, files, split, cached, use_published, started)
     finally:
         for task in started.values():
@@ -473,9 +316,9 @@ async def _build_from(
         async with sem:
             tail = tails.get(info.key)
             if tail is None:
-                out[j] = await _read_footer(store, info)
+                out[j] = await io_footers.read_footer(store, info)
             else:
-                out[j] = await _read_footer(store, info, tail)
+                out[j] = await io_footers.read_footer(store, info, tail)
 
     await asyncio.gather(*(read(j, i) for j, i in todo))
     return ParquetTable(tuple(f for f in out if f is not None)), len(todo)
@@ -535,7 +378,7 @@ async def load_parquet(
     # forked from this process then inherit it instead of each importing it (~0.3-1 s a
     # worker, every epoch) before its first row group. In a thread, while the listing (and
     # the S3 client's start) wait on the network; a footer parse needing it waits for it.
-    imported = asyncio.ensure_future(asyncio.to_thread(_pq))
+    imported = asyncio.ensure_future(asyncio.to_thread(arrow.pyarrow_parquet))
     try:
         return await _load(store, local, columns=columns, files=files, split=split,
                            in_place=in_place, published=published)  # fmt: skip
@@ -591,11 +434,11 @@ async def _load(
             write_binding(local, Binding(store.url, digest))
     shards = compact_shards(ct, columns)
     if len(ct):  # every projected column of a type astream reads (the files agree on types)
-        from astream.runtime.parquet_read import _file_metadata
-        from astream.runtime.parquet_values import check_columns
+        from astream.parquet.arrow import file_metadata
+        from astream.parquet.values import check_columns
 
         first = ct.file(0)
         want = first.columns if columns is None else columns
-        schema = _file_metadata(first).schema.to_arrow_schema()
+        schema = file_metadata(first).schema.to_arrow_schema()
         check_columns(schema, want, store.url_for(first.key))
     return Index(shards)

@@ -168,59 +168,10 @@ def pack_tokens(
     every whole sequence among them is cut at once: per token, its value, in-document
     position, document piece number, document index and whether it ends its document, as flat
     arrays; the sequences are rows of those (views), the leftover tokens wait for more."""
-    n_out = spec.seq_len
     out_dtype = dtype if dtype is not None else np.dtype(np.int64)
-    limit = max(n_out, int(chunk_tokens))
-    parts: list[np.ndarray[Any, Any]] = []  # document pieces waiting to be cut
-    begins: list[int] = []  # the in-document position of each piece's first token
-    index: list[int] = []  # each piece's sample index in the stream
-    waiting = 0
+    limit = max(spec.seq_len, int(chunk_tokens))
+    waiting = _Waiting()
     i = samples
-
-    def cut(final: bool) -> Iterator[tuple[dict[str, Any], tuple[int, int]]]:
-        nonlocal parts, begins, index, waiting
-        sizes = _sizes(parts)
-        ends = np.cumsum(sizes)
-        first = ends - sizes
-        whole = waiting // n_out
-        m = whole * n_out
-        if whole:
-            tok = np.concatenate(parts)[:m].astype(out_dtype, copy=False).reshape(whole, n_out)
-            k_last = int(np.searchsorted(ends, m, side="left"))  # pieces touched: 0..k_last
-            sz = sizes[: k_last + 1]
-            shift = np.repeat(first[: k_last + 1] - np.asarray(begins[: k_last + 1]), sz)
-            pos = (np.arange(m, dtype=np.int64) - shift[:m]).reshape(whole, n_out)
-            pid = np.repeat(np.arange(k_last + 1, dtype=np.int32), sz)[:m].reshape(whole, n_out)
-            seg = pid - pid[:, :1] + 1
-            e = np.arange(1, whole + 1, dtype=np.int64) * n_out
-            k = np.searchsorted(ends, e, side="left")  # the piece holding token e - 1
-            at_end = ends[k] == e  # every piece runs to its document's end
-            idx = np.asarray(index, dtype=np.int64)[k]
-            cur_doc = np.where(at_end, idx + 1, idx).tolist()
-            cur_off = np.where(at_end, 0, np.asarray(begins)[k] + e - first[k]).tolist()
-            for j in range(whole):
-                item = {spec.column: tok[j], "position_ids": pos[j], "segment_ids": seg[j]}
-                yield item, (cur_doc[j], cur_off[j])
-            # the leftover: the rest of the piece holding token m, and the pieces after it
-            k0 = int(np.searchsorted(ends, m, side="right"))
-            if k0 < len(parts):
-                cut_at = m - int(first[k0])
-                parts = [parts[k0][cut_at:], *parts[k0 + 1 :]]
-                begins = [begins[k0] + cut_at, *begins[k0 + 1 :]]
-            else:
-                parts, begins = [], []
-            index = index[k0:]
-            waiting -= m
-        if final and waiting and spec.last == "pad":
-            fill = waiting
-            t = np.full(n_out, spec.pad_id, dtype=out_dtype)
-            t[:fill] = np.concatenate(parts)
-            p = np.zeros(n_out, np.int64)
-            p[:fill] = np.concatenate([np.arange(b, b + len(a)) for a, b in zip(parts, begins)])
-            g = np.zeros(n_out, np.int32)
-            g[:fill] = np.repeat(np.arange(1, len(parts) + 1, dtype=np.int32), _sizes(parts))
-            yield {spec.column: t, "position_ids": p, "segment_ids": g}, (i, 0)
-
     for d in docs:
         a = _tokens(d, spec.column)
         o = offset if i == samples else 0
@@ -231,17 +182,86 @@ def pack_tokens(
                 "consumer's stream (a checkpoint of other data or options)"
             )
         if n > o:
-            parts.append(a[o:] if o else a)
-            begins.append(o)
-            index.append(i)
-            waiting += n - o
+            waiting.add(a[o:] if o else a, o, i)
         i += 1
-        if waiting >= limit:
-            yield from cut(False)
+        if waiting.tokens >= limit:
+            yield from waiting.cut(spec, out_dtype)
     if offset and i == samples:
         raise ConfigError(f"state: token offset {offset} into sample {i}, which does not exist")
-    if parts:
-        yield from cut(True)
+    if waiting.parts:
+        yield from waiting.cut(spec, out_dtype)
+        if waiting.tokens and spec.last == "pad":
+            yield waiting.padded(spec, out_dtype), (i, 0)
+
+
+class _Waiting:
+    """The document pieces read and not yet cut into sequences: each piece's tokens, the
+    in-document position of its first token, and its sample index in the stream."""
+
+    __slots__ = ("begins", "index", "parts", "tokens")
+
+    def __init__(self) -> None:
+        self.parts: list[np.ndarray[Any, Any]] = []
+        self.begins: list[int] = []
+        self.index: list[int] = []
+        self.tokens = 0
+
+    def add(self, piece: np.ndarray[Any, Any], begin: int, sample: int) -> None:
+        self.parts.append(piece)
+        self.begins.append(begin)
+        self.index.append(sample)
+        self.tokens += len(piece)
+
+    def cut(
+        self, spec: PackSpec, out_dtype: np.dtype[Any]
+    ) -> Iterator[tuple[dict[str, Any], tuple[int, int]]]:
+        """Every whole sequence of the waiting tokens, at once; the leftover keeps waiting."""
+        n_out = spec.seq_len
+        parts, begins = self.parts, self.begins
+        sizes = _sizes(parts)
+        ends = np.cumsum(sizes)
+        first = ends - sizes
+        whole = self.tokens // n_out
+        m = whole * n_out
+        if not whole:
+            return
+        tok = np.concatenate(parts)[:m].astype(out_dtype, copy=False).reshape(whole, n_out)
+        k_last = int(np.searchsorted(ends, m, side="left"))  # pieces touched: 0..k_last
+        sz = sizes[: k_last + 1]
+        shift = np.repeat(first[: k_last + 1] - np.asarray(begins[: k_last + 1]), sz)
+        pos = (np.arange(m, dtype=np.int64) - shift[:m]).reshape(whole, n_out)
+        pid = np.repeat(np.arange(k_last + 1, dtype=np.int32), sz)[:m].reshape(whole, n_out)
+        seg = pid - pid[:, :1] + 1
+        e = np.arange(1, whole + 1, dtype=np.int64) * n_out
+        k = np.searchsorted(ends, e, side="left")  # the piece holding token e - 1
+        at_end = ends[k] == e  # every piece runs to its document's end
+        idx = np.asarray(self.index, dtype=np.int64)[k]
+        cur_doc = np.where(at_end, idx + 1, idx).tolist()
+        cur_off = np.where(at_end, 0, np.asarray(begins)[k] + e - first[k]).tolist()
+        for j in range(whole):
+            item = {spec.column: tok[j], "position_ids": pos[j], "segment_ids": seg[j]}
+            yield item, (cur_doc[j], cur_off[j])
+        # the leftover: the rest of the piece holding token m, and the pieces after it
+        k0 = int(np.searchsorted(ends, m, side="right"))
+        if k0 < len(parts):
+            cut_at = m - int(first[k0])
+            self.parts = [parts[k0][cut_at:], *parts[k0 + 1 :]]
+            self.begins = [begins[k0] + cut_at, *begins[k0 + 1 :]]
+        else:
+            self.parts, self.begins = [], []
+        self.index = self.index[k0:]
+        self.tokens -= m
+
+    def padded(self, spec: PackSpec, out_dtype: np.dtype[Any]) -> dict[str, Any]:
+        """The last sequence: the waiting tokens (fewer than ``seq_len``), then padding."""
+        n_out, parts, fill = spec.seq_len, self.parts, self.tokens
+        t = np.full(n_out, spec.pad_id, dtype=out_dtype)
+        t[:fill] = np.concatenate(parts)
+        p = np.zeros(n_out, np.int64)
+        p[:fill] = np.concatenate([np.arange(b, b + len(a)) for a, b in zip(parts, self.begins)])
+        g = np.zeros(n_out, np.int32)
+        g[:fill] = np.repeat(np.arange(1, len(parts) + 1, dtype=np.int32), _sizes(parts))
+        return {spec.column: t, "position_ids": p, "segment_ids": g}
 
 
 def _sizes(parts: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:

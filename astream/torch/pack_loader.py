@@ -31,7 +31,7 @@ from torch.utils.data import default_collate, default_convert
 from astream.core.world import World
 from astream.errors import ConfigError
 from astream.packing import KEY, PackedBatch, chunks, group, iter_packed, make_state
-from astream.placement import dataloader_worker, detect
+from astream.runtime.placement import dataloader_worker, detect
 from astream.torch.batches import RingView
 from astream.torch.shm import WorkerRing
 
