@@ -28,7 +28,7 @@ _PARSE = {"str": str, "int": int, "float": float}
 _DECODE_KEYS = ("format", "newline", "separator", "columns", "column_names", "column_encodings")
 
 
-def split_offsets(meta: Any, entry: ShardEntry, source: str) -> list[int]:
+def split_offsets(meta: Any, entry: ShardEntry, source: str) -> tuple[int, ...]:
     """The ``N+1`` data-file offsets of a split shard's (uncompressed) meta file, validated:
     sample count, order, last offset == the data file's size, and the config JSON after the
     offsets agreeing with the index on everything decoding depends on."""
@@ -53,7 +53,7 @@ def split_offsets(meta: Any, entry: ShardEntry, source: str) -> list[int]:
                 f"meta file config {key} {config.get(key)!r} differs from the index {want[key]!r}",
                 source,
             )
-    out: list[int] = offsets.tolist()
+    out: tuple[int, ...] = tuple(offsets.tolist())  # the GC stops scanning it (see ShardView)
     return out
 
 
