@@ -46,12 +46,12 @@ import numpy as np
 
 from astream.core.eviction import check_policy
 from astream.core.state import LoaderState
-from astream.errors import CacheError, ConfigError, SettingError
-from astream.placement import dataloader_worker as _worker
-from astream.placement import detect
+from astream.errors import CacheError, ConfigError, IndexTypeError, SettingError
 from astream.runtime.catalog import Catalog, check_hash_available
 from astream.runtime.config import DatasetConfig, check_dataset, resolve_steps
 from astream.runtime.engine import Engine
+from astream.runtime.placement import dataloader_worker as _worker
+from astream.runtime.placement import detect, resharding_error
 from astream.runtime.stats import Stats
 from astream.shared import MAX_WORKERS, SharedInts, StaleIteration
 
@@ -363,10 +363,13 @@ class StreamingCore:
     build the single stream of ``remote``/``local`` with a class from
     ``astream.stream.streams_registry``. ``cache_policy`` (astream's own): which shard a full
     ``cache_limit`` evicts, ``"next_use"`` (the one the node reads furthest in the future, the
-    default) or ``"lru"`` (least recently used); see docs/plan.md. ``pack_to`` (astream's own):
-    iterate fixed-length sequences of ``pack_to`` tokens packed from the integer array column
-    ``pack_column``, with ``position_ids`` and ``segment_ids``; ``pack_last`` ``"pad"`` (with
-    ``pack_pad_id``) or ``"drop"`` for each consumer's trailing tokens (docs/batches.md).
+    default) or ``"lru"`` (least recently used); see docs/plan.md. ``shuffle_algo`` defaults to
+    the reference's ``"py1e"``, so a dataset built with the reference's arguments yields its
+    sequence; ``"astream"`` names astream's own block order (docs/order.md). ``pack_to``
+    (astream's own): iterate fixed-length sequences of ``pack_to`` tokens packed from the
+    integer array column ``pack_column``, with ``position_ids`` and ``segment_ids``;
+    ``pack_last`` ``"pad"`` (with ``pack_pad_id``) or ``"drop"`` for each consumer's trailing
+    tokens (docs/batches.md).
     ``format`` (``"mds"`` or ``"parquet"``), ``columns``, ``files`` and ``index_source`` are
     ``Stream``'s, for the single stream of ``remote``/``local`` (docs/parquet.md).
     """
@@ -395,7 +398,7 @@ class StreamingCore:
         num_canonical_nodes: int | None = None,
         batch_size: int | None = None,
         shuffle: bool = False,
-        shuffle_algo: str = "astream",
+        shuffle_algo: str = "py1e",
         shuffle_seed: int = 9176,
         shuffle_block_size: int | None = None,
         batching_method: str = "random",
@@ -538,15 +541,19 @@ class StreamingCore:
         """A shuffle block spans several shards that are all read at once; a cache that cannot
         hold them refetches shards over and over (correct, but slow). Say so up front."""
         block = self._block_size()
-        spanned = min(len(self.catalog.shards), -(-block // avg_shard_samples) + 1)
-        need = spanned * self.cfg.num_canonical_nodes * self.catalog.max_footprint
+        shards, ncn = len(self.catalog.shards), self.cfg.num_canonical_nodes
+        # a block spans at most its canonical node's share of the shards (py1e's default block
+        # is the whole share), and all canonical nodes together at most every shard
+        per_node = min(-(-shards // ncn) + 1, -(-block // avg_shard_samples) + 1)
+        spanned = min(shards, per_node * ncn)
+        need = spanned * self.catalog.max_footprint
         assert self.cfg.cache_limit is not None
         if self.cfg.cache_limit < need:
             warnings.warn(
                 f"cache_limit={self.cfg.cache_limit} bytes holds fewer shards than one shuffle "
-                f"block reads at once (about {spanned} x {self.cfg.num_canonical_nodes} canonical "
-                f"node(s) x {self.catalog.max_footprint} bytes = {need}): shards will be fetched "
-                "again and again; raise cache_limit or lower shuffle_block_size",
+                f"block reads at once (about {spanned} shards over {ncn} canonical node(s) x "
+                f"{self.catalog.max_footprint} bytes = {need}): shards will be fetched again "
+                "and again; raise cache_limit or lower shuffle_block_size",
                 stacklevel=3,
             )
 
@@ -890,8 +897,6 @@ class StreamingCore:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if detect(self.cfg.replication).world.num_ranks > 1:
-            from astream.integrations.hf import resharding_error
-
             err = resharding_error()  # accelerate would split each rank's part again
             if err is not None:
                 raise err
@@ -918,8 +923,6 @@ class StreamingCore:
         ):
             return None
         if detect(self.cfg.replication).world.num_ranks > 1:
-            from astream.integrations.hf import resharding_error
-
             err = resharding_error()
             if err is not None:
                 raise err
@@ -1004,8 +1007,6 @@ class StreamingCore:
         """One iteration of column batches; ``finish(column_batch)`` overrides where a batch is
         allocated (a worker's shared memory)."""
         if detect(self.cfg.replication).world.num_ranks > 1:
-            from astream.integrations.hf import resharding_error
-
             err = resharding_error()
             if err is not None:
                 raise err
@@ -1170,7 +1171,8 @@ class StreamingCore:
             return [self._get(i) for i in range(*index.indices(self.catalog.num_samples))]
         if isinstance(index, (np.ndarray, list, tuple)):
             return [self._get(int(i)) for i in np.asarray(index).reshape(-1)]
-        raise TypeError(f"index must be an int, slice, list or array, got {type(index).__name__}")
+        got = type(index).__name__
+        raise IndexTypeError(f"index must be an int, slice, list or array, got {got}")
 
     async def aget(self, index: int, *, io: str = "thread") -> Any:
         """``ds[index]`` for a coroutine: the read (a cached map, or two ranged GETs) runs on

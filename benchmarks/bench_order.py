@@ -91,6 +91,7 @@ def _scale_plan(sizes: np.ndarray, block: int | None) -> EpochPlan:
         num_canonical_nodes=8,
         batch_size=32,
         shuffle=True,
+        shuffle_algo="astream",  # named: plan_epoch's default, astream's own order
         shuffle_block_size=block,
     )
 
@@ -191,6 +192,7 @@ def bench_quality(label: str, sizes: np.ndarray, peer: str | None) -> list[dict[
             num_canonical_nodes=1,
             batch_size=32,
             shuffle=True,
+            shuffle_algo="astream",  # the "astream" rows: its own order, named
             shuffle_block_size=block,
         )
         ids = plan.global_ids(0, plan.num_samples)
@@ -245,6 +247,7 @@ def main() -> None:
         json.dump(report, sys.stdout, indent=1)
         print()
         return
+    report["scale_shuffle_algo"] = "astream"  # the two scale rows: astream's own order
     report["scale_default_block"] = bench_scale(None)
     report["scale_block_262144"] = bench_scale(262144)
     if peer:

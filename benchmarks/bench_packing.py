@@ -11,7 +11,7 @@ a temp directory, then, interleaved ``--reps`` times, times one epoch of each, n
   builds on);
 - ``packed``: ``StreamingDataset(pack_to=seq_len)``, every sequence;
 - ``packed_batches``: ``ds.batches()`` of packed sequences (batch_size 64: (64, seq_len));
-- ``pack_in_memory``: ``astream.core.packing.pack_tokens`` over the same documents already in
+- ``pack_in_memory``: ``astream.core.token_packer.pack_tokens`` over the same documents already in
   a list (the packer alone);
 
 and with ``--workers`` DataLoader workers, batches of ``--loader-bs`` packed sequences (also
@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from astream import MDSWriter, StreamingDataLoader, StreamingDataset
-from astream.core.packing import PackSpec, pack_tokens
+from astream.core.token_packer import PackSpec, pack_tokens
 
 
 def main() -> None:

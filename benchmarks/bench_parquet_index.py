@@ -68,7 +68,10 @@ def side_astream(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     import astream
     from astream import StreamingDataset
-    from astream.runtime import parquet_index
+    try:
+        from astream.parquet import io_index as parquet_index
+    except ImportError:  # an older tree (--base): the index module's former place
+        from astream.runtime import parquet_index  # type: ignore[no-redef]
 
     out: dict[str, Any] = {"import_s": time.perf_counter() - t0, "astream_from": astream.__file__}
     # the listing's own wall time (astream's _list_all, in this tree and older ones), so that

@@ -28,6 +28,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 SEQ = 1024
 VOCAB = 50_000
+# the order each library runs, named: astream its own block order (the order this check has
+# always run it in; the dataset's default is the reference's py1e), mosaic its default py1e
+ORDERS = {"astream": "astream", "mosaic": "py1e"}
 
 
 def _tokens(batch: dict[str, Any], device: Any) -> Any:
@@ -60,7 +63,10 @@ def feed(spec: dict[str, Any]) -> dict[str, float]:
 
     device = torch.device("cuda")
     lib = importlib.import_module("streaming" if spec["lib"] == "mosaic" else "astream")
-    ds = lib.StreamingDataset(local=spec["data"], shuffle=True, batch_size=spec["batch_size"])
+    ds = lib.StreamingDataset(
+        local=spec["data"], shuffle=True, batch_size=spec["batch_size"],
+        shuffle_algo=ORDERS[spec["lib"]],
+    )  # fmt: skip
     loader = lib.StreamingDataLoader(
         ds, batch_size=spec["batch_size"], num_workers=spec["workers"], collate_fn=collate
     )
@@ -152,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{lib}: failed\n{p.stderr[-2000:]}")
             continue
         r = json.loads(lines[-1][7:])
-        print(f"{lib}: waiting for data {100 * r['wait_fraction']:.1f}% of step time "
+        print(f"{lib} (shuffle_algo={ORDERS[lib]}): waiting for data "
+              f"{100 * r['wait_fraction']:.1f}% of step time "
               f"(step {r['step_ms']:.1f} ms, compute {r['compute_ms']:.1f} ms, "
               f"{r['steps']} steps)")  # fmt: skip
     return 0

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 PEERS = ("mosaic", "lit", "lit-full")  # lit-full: litdata at item_shuffle_window=0
-OURS = ("astream", "astream-py1e")  # astream at its defaults, and at the reference's shuffle
+OURS = ("astream", "astream-py1e")  # astream's own block order, and the reference's shuffle
 LIB_ORDER = ("astream", "astream-py1e", "mosaic", "lit", "lit-full", "sdk")
 EPOCH_ONLY = ("astream-py1e", "lit-full")  # shuffle variants: hot/cold columns only
 

@@ -34,7 +34,9 @@ from benchmarks.workloads import WORKLOADS, materialize, shard_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBS = ("astream", "mosaic", "lit")
-# library variants: (runner, spec overrides). "astream-py1e" is astream with the reference's
+# library variants: (runner, spec overrides). The "astream" column runs astream's own block
+# order, named (benchmarks/runners/astream.py ORDER; the dataset's default is the reference's
+# py1e, so the column's figures stay comparable). "astream-py1e" is astream with the reference's
 # shuffle algorithm at the reference's default block (= mosaic's default shuffle), for the
 # matched-shuffle rows of the hot/cold scenarios (``--shuffle both``)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -47,6 +49,18 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 SHUFFLE_MODES = ("defaults", "both")
 SCENARIOS = ("write", "physical", "hot", "cold", "resume", "random", "scale")
+
+
+def shuffle_algos(libs: list[str]) -> dict[str, str]:
+    """The ``shuffle_algo`` each astream column ran (recorded in results.json's meta)."""
+    from benchmarks.runners.astream import ORDER
+
+    out = {}
+    for lib in libs:
+        runner, over = VARIANTS.get(lib, (lib, {}))
+        if runner == "astream":
+            out[lib] = over.get("shuffle_algo", ORDER)
+    return out
 
 
 def epoch_libs(libs: list[str], shuffle: str) -> list[str]:
@@ -365,6 +379,7 @@ class Harness:
             "seed": a.seed,
             "libs": epoch_libs(a.libs, a.shuffle),
             "shuffle": a.shuffle,
+            "shuffle_algo": shuffle_algos(epoch_libs(a.libs, a.shuffle)),
             "workloads": a.workloads,
             "scenarios": a.scenarios,
             "batch_size": a.batch_size,

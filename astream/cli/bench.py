@@ -109,6 +109,7 @@ def measure(
             lat.append(time.perf_counter() - t)
         return {
             "url": url,
+            "shuffle_algo": ds.shuffle_algo,  # the dataset's default order: say which it was
             "samples": samples,
             "index_s": t_index,
             "ttfb_s": ttfb,
@@ -167,4 +168,5 @@ def run(args: argparse.Namespace) -> int:
         f"cache           hits {m['cache_hits']:.0f}, misses {m['cache_misses']:.0f}, "
         f"shards fetched {m['shards_fetched']:.0f}, waited {m['wait_seconds']:.2f} s"
     )
+    print(f"order           shuffled, shuffle_algo={r['shuffle_algo']!r} (the default)")
     return 0

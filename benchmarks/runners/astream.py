@@ -16,6 +16,10 @@ from benchmarks.collate import collate
 from benchmarks.runners.common import Adapter, NotBuilt, main, write_synthetic_index
 from benchmarks.workloads import WORKLOADS, Source, mds_columns
 
+# the order of the "astream" column when a spec names none: astream's own block order, named
+# (the dataset's default is the reference's py1e); results.json's meta records it
+ORDER = "astream"
+
 
 def _api(module: str, name: str) -> Any:
     try:
@@ -64,8 +68,9 @@ class Astream(Adapter):
     def dataset(self, spec: dict[str, Any], cold: bool) -> Any:
         ds_cls = _api("astream.torch.dataset", "StreamingDataset")
         common = {"shuffle": True, "shuffle_seed": spec["seed"], "batch_size": spec["batch_size"]}
-        if spec.get("shuffle_algo"):  # e.g. "py1e": the reference's algorithm and default block
-            common["shuffle_algo"] = spec["shuffle_algo"]
+        # named, never the default: the "astream" column is astream's own block order (its
+        # figures compare across runs), "astream-py1e" the reference's algorithm and block
+        common["shuffle_algo"] = spec.get("shuffle_algo") or ORDER
         if cold:
             return ds_cls(remote=spec["remote"], local=spec["cache"], **common)
         return ds_cls(local=spec["data"], **common)
@@ -87,16 +92,18 @@ class Astream(Adapter):
 
     def scale(self, spec: dict[str, Any]) -> dict[str, float]:
         ds_cls = _api("astream.torch.dataset", "StreamingDataset")
-        detect = _api("astream.placement", "detect")
+        detect = _api("astream.runtime.placement", "detect")
         root = write_synthetic_index(spec)
         t0 = time.perf_counter()
-        ds = ds_cls(local=str(root), shuffle=True, shuffle_seed=spec["seed"], batch_size=32)
+        kw = {"shuffle": True, "shuffle_seed": spec["seed"], "batch_size": 32}
+        kw["shuffle_algo"] = spec.get("shuffle_algo") or ORDER
+        ds = ds_cls(local=str(root), **kw)
         total = len(ds)
         t_index = time.perf_counter() - t0
         state = ds.state_dict(total // 2, from_beginning=True)
         # resume: a fresh dataset on the same index, the state loaded, then the first batch's
         # sample ids of rank 0 / worker 0 (no data is read: the order only)
-        ds2 = ds_cls(local=str(root), shuffle=True, shuffle_seed=spec["seed"], batch_size=32)
+        ds2 = ds_cls(local=str(root), **kw)
         t1 = time.perf_counter()
         ds2.load_state_dict(state)
         place = detect()

@@ -276,6 +276,7 @@ def test_bench_s3_with_workers(cli, s3_plain):
     lines = r.out.splitlines()
     assert lines[0] == f"dataset         {s3_plain}"
     assert lines[3].startswith("epoch pass      200 samples in ")  # 200 % 8 == 0: no padding
+    assert lines[-1] == "order           shuffled, shuffle_algo='py1e' (the default)"
     out = cli("bench", s3_plain, "--num-workers", "2", "--random", "0", "--json").json()
     # both workers' counters reach the main process: every shard fetched exactly once
     assert out["metrics"]["bytes_fetched"] == stored

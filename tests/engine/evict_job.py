@@ -51,6 +51,7 @@ def main() -> None:
         local=a.cache_dir,
         batch_size=a.batch,
         shuffle=True,
+        shuffle_algo="astream",  # the order the plans these runs are checked against simulate
         shuffle_block_size=a.block,
         cache_limit=a.cache_limit,
         cache_policy=a.cache_policy,

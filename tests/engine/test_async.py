@@ -126,8 +126,9 @@ def test_hot_epoch_heartbeat_gap(tmp_path: Any) -> None:
 
     n, gap, beats = asyncio.run(main())
     assert n == 100_000
-    # the whole epoch held the loop before (a 1.95 s gap over 500k samples); docs/async.md
-    # quotes the benchmark's figures, this bound only has to survive a loaded CI machine
+    # the whole epoch held the loop before (a 1.95 s gap over 500k samples);
+    # docs/results/async.md quotes the benchmark's figures, this bound only has to survive a
+    # loaded CI machine
     assert gap < 0.25, gap
     assert beats >= 5
 
@@ -457,7 +458,9 @@ def test_shuffle_blocks_are_computed_off_the_loop(
         return real(n, *key)
 
     monkeypatch.setattr(partition, "permutation", spy)
-    kw: dict[str, Any] = {"batch_size": 16, "shuffle": True, "shuffle_block_size": 20_000}
+    kw: dict[str, Any] = {
+        "batch_size": 16, "shuffle": True, "shuffle_block_size": 20_000, "shuffle_algo": "astream"
+    }  # fmt: skip
 
     async def main() -> list[int]:
         ds = await AsyncStreamingDataset.open(local=path, **kw)

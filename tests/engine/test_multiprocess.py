@@ -41,7 +41,10 @@ def _read(path: str) -> list[list[int]]:
 
 
 def _single_process_batches(url: str, local: str, bs: int) -> list[list[int]]:
-    ds = StreamingDataset(remote=url, local=local, batch_size=bs, shuffle=True)
+    # astream's own order, as epoch_job.py runs it: the same on any World
+    ds = StreamingDataset(
+        remote=url, local=local, batch_size=bs, shuffle=True, shuffle_algo="astream"
+    )
     loader = StreamingDataLoader(ds, batch_size=bs, collate_fn=lambda b: [s["label"] for s in b])
     return [b for b in loader]
 

@@ -98,7 +98,8 @@ def test_attributes_as_the_reference(streams: dict[str, str], case: tuple[int, A
 
 def test_astream_order_shows_its_own_defaults(streams: dict[str, str]) -> None:
     """Under astream's own algorithm: one canonical node and 4 median shards per block."""
-    ds = _build(streams, {"streams": [{"name": "a"}, {"name": "c"}], "kw": {"batch_size": 4}})
+    kw = {"batch_size": 4, "shuffle_algo": "astream"}
+    ds = _build(streams, {"streams": [{"name": "a"}, {"name": "c"}], "kw": kw})
     assert (ds.shuffle_algo, ds.num_canonical_nodes) == ("astream", 1)
     sizes = [np.array(GOLDEN["shards"][n], np.int64) for n in ("a", "c")]
     assert ds.shuffle_block_size == default_block_size(sizes) == 4096

@@ -65,6 +65,13 @@ def test_the_checkpoint_keeps_the_initial_worlds_default(
     assert ds.plan(0).num_canonical_nodes == 256
 
 
-def test_astream_algorithm_keeps_its_own_default(local_dataset: Any) -> None:
-    ds = StreamingDataset(local=local_dataset[0], batch_size=4, shuffle=True)
+def test_astream_algorithm_keeps_its_own_default(
+    local_dataset: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2 nodes: the default order (py1e) takes 2 canonical nodes, astream's own stays at 1
+    for name, value in (("WORLD_SIZE", "4"), ("LOCAL_WORLD_SIZE", "2"), ("RANK", "0")):
+        monkeypatch.setenv(name, value)
+    kw: dict[str, Any] = dict(local=local_dataset[0], batch_size=4, shuffle=True)
+    assert StreamingDataset(**kw).cfg.num_canonical_nodes == 2
+    ds = StreamingDataset(shuffle_algo="astream", **kw)
     assert ds.cfg.num_canonical_nodes == 1
