@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Reproduce the soak findings of docs/reliability.md that are not test output.
+"""Reproduce the soak findings of docs/results/reliability.md that are not test output.
 
 Usage:  python scripts/reliability_figures.py [rss] [thrash] [--samples 4000] [--datasets 15]
 

@@ -1,4 +1,4 @@
-"""Every code block in README.md and docs/*.md runs here.
+"""Every code block in README.md and every page under docs/ runs here.
 
 Convention (also in docs/index.md, "Code blocks are tested"):
 - ```python blocks run in order, in one namespace per document, in a fresh temp directory
@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 RUN_LANGS = {"python", "py", "bash", "sh", "console", "shell"}
 DATA_LANGS = {"text", "json", "toml", "yaml", "yml", "ini", "csv", "diff", "mermaid"}
 NO_TEST = re.compile(r"^<!--\s*no-test:\s*(.+?)\s*-->$")
@@ -37,12 +37,7 @@ FENCE = re.compile(r"^(\s*)(```|~~~)\s*([\w+-]*)\s*$")
 
 # (document, start of the block's first line) -> why it is skipped; for files this test's owner may
 # not edit. Each entry is reported to the lead.
-EXTERNAL_SKIPS: dict[tuple[str, str], str] = {
-    (
-        "docs/benchmarks.md",
-        ".venv/bin/python -m benchmarks.run --scale 0.05 --out .bench/report",
-    ): "runs the whole benchmark harness (15 min and more); tests/bench covers the harness",
-}
+EXTERNAL_SKIPS: dict[tuple[str, str], str] = {}
 
 _created: set[tuple[str, str]] = set()
 

@@ -185,7 +185,7 @@ def test_downloads_match_the_plan_and_beat_lru(
     assert plans["next_use"].total("bytes", 1) < plans["lru"].total("bytes", 1)
     assert plans["next_use"].span("bytes", 1)[1] < plans["lru"].span("bytes", 1)[1]  # medians
     assert measured["next_use"][1] < measured["lru"][1], measured
-    out = os.environ.get("ASTREAM_EVICT_RESULTS")  # docs/plan.md's table: raw figures
+    out = os.environ.get("ASTREAM_EVICT_RESULTS")  # docs/results/plan.md's table: raw figures
     if out:
         with open(out, "a") as f:
             for policy in ("next_use", "lru"):
