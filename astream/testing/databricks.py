@@ -41,7 +41,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from astream.testing.servers import ThreadedApp
+from astream.testing.servers import AppServer, ThreadedApp
 
 __all__ = ["DatabricksServer"]
 
@@ -53,7 +53,7 @@ def _err(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"error_code": code, "message": message}, status=status)
 
 
-class DatabricksServer:
+class DatabricksServer(AppServer):
     """``DatabricksServer(token="t").start()``; point stores at ``.url`` with that token."""
 
     name = "Databricks file API test server"
@@ -76,23 +76,6 @@ class DatabricksServer:
         for op in ("put", "create", "add-block", "close", "delete"):
             r.add_post(f"/api/2.0/dbfs/{op}", self._post)
         self._app = ThreadedApp(app)
-
-    @property
-    def url(self) -> str:
-        return self._app.url
-
-    def start(self) -> DatabricksServer:
-        self._app.start()
-        return self
-
-    def stop(self) -> None:
-        self._app.stop()
-
-    def __enter__(self) -> DatabricksServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def store_options(self) -> dict[str, Any]:
         return {"host": self.url, "token": self.token}

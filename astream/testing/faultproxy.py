@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
-from astream.testing.servers import ThreadedApp
+from astream.testing.servers import AppServer, ThreadedApp
 
 __all__ = ["FAULTS", "FaultProxy", "ProxyStats"]
 
@@ -74,7 +74,7 @@ class ProxyStats:
         return sum(self.bytes.values())
 
 
-class FaultProxy:
+class FaultProxy(AppServer):
     """``FaultProxy(upstream_url, seed=0, ...)``; ``start()`` then point clients at ``.url``."""
 
     def __init__(
@@ -108,24 +108,10 @@ class FaultProxy:
         app.on_cleanup.append(self._close_session)
         self._app = ThreadedApp(app)
 
-    @property
-    def url(self) -> str:
-        return self._app.url
-
-    def start(self) -> FaultProxy:
-        self._app.start()
-        return self
-
     def stop(self) -> None:
         for _, gate in self._gates:
             gate.set()  # no request waits on a gate past the proxy's end
         self._app.stop()
-
-    def __enter__(self) -> FaultProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def configure(self, **settings: float | bool | None) -> None:
         """Change ``latency``, ``bandwidth``, ``*_rate`` or ``only_get`` while running."""

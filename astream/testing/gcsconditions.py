@@ -32,7 +32,7 @@ from urllib.parse import quote, unquote
 import aiohttp
 from aiohttp import web
 
-from astream.testing.servers import ThreadedApp
+from astream.testing.servers import AppServer, ThreadedApp
 
 __all__ = ["GcsConditionProxy"]
 
@@ -42,7 +42,7 @@ _OBJECT = re.compile(r"^/storage/v1/b/([^/]+)/o/(.+)$")
 _NAME = re.compile(rb'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 
-class GcsConditionProxy:
+class GcsConditionProxy(AppServer):
     """``GcsConditionProxy(upstream_url).start()``; point GCS clients at ``.url``."""
 
     def __init__(self, upstream: str) -> None:
@@ -56,23 +56,6 @@ class GcsConditionProxy:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         app.on_cleanup.append(self._close)
         self._app = ThreadedApp(app)
-
-    @property
-    def url(self) -> str:
-        return self._app.url
-
-    def start(self) -> GcsConditionProxy:
-        self._app.start()
-        return self
-
-    def stop(self) -> None:
-        self._app.stop()
-
-    def __enter__(self) -> GcsConditionProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     async def _close(self, _app: web.Application) -> None:
         if self._session is not None:

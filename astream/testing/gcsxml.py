@@ -31,7 +31,7 @@ import aiohttp
 import yarl
 from aiohttp import web
 
-from astream.testing.servers import ThreadedApp
+from astream.testing.servers import AppServer, ThreadedApp
 
 __all__ = ["GCS_XML_NS", "GcsXmlGateway"]
 
@@ -48,7 +48,7 @@ def _error(status: int, code: str) -> web.Response:
     return web.Response(status=status, body=body.encode(), content_type="application/xml")
 
 
-class GcsXmlGateway:
+class GcsXmlGateway(AppServer):
     name = "GCS XML API gateway"
 
     def __init__(self, fake_gcs_url: str, key: str, secret: str) -> None:
@@ -60,17 +60,6 @@ class GcsXmlGateway:
         app.on_cleanup.append(self._close)
         self._session: aiohttp.ClientSession | None = None
         self._app = ThreadedApp(app)
-
-    @property
-    def url(self) -> str:
-        return self._app.url
-
-    def start(self) -> GcsXmlGateway:
-        self._app.start()
-        return self
-
-    def stop(self) -> None:
-        self._app.stop()
 
     async def _close(self, _app: web.Application) -> None:
         if self._session is not None:

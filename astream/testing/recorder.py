@@ -16,7 +16,7 @@ import yarl
 from aiohttp import web
 from multidict import CIMultiDict
 
-from astream.testing.servers import ThreadedApp
+from astream.testing.servers import AppServer, ThreadedApp
 
 __all__ = ["Recorded", "RecordingProxy"]
 
@@ -30,7 +30,7 @@ class Recorded:
     headers: CIMultiDict[str]
 
 
-class RecordingProxy:
+class RecordingProxy(AppServer):
     name = "recording proxy"
 
     def __init__(self, upstream: str) -> None:
@@ -41,23 +41,6 @@ class RecordingProxy:
         app.on_cleanup.append(self._close)
         self._session: aiohttp.ClientSession | None = None
         self._app = ThreadedApp(app)
-
-    @property
-    def url(self) -> str:
-        return self._app.url
-
-    def start(self) -> RecordingProxy:
-        self._app.start()
-        return self
-
-    def stop(self) -> None:
-        self._app.stop()
-
-    def __enter__(self) -> RecordingProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def sent(self, method: str | None = None) -> list[Recorded]:
         """The requests recorded, only those of ``method`` when given."""

@@ -26,13 +26,14 @@ import sys
 import threading
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
 __all__ = [
     "AZURITE_ACCOUNT",
     "AZURITE_KEY",
+    "AppServer",
     "AzuriteServer",
     "FakeGcsServer",
     "MotoServer",
@@ -128,9 +129,6 @@ class Server:
 
     def __enter__(self) -> Server:
         return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class MotoServer(Server):
@@ -381,7 +379,32 @@ class ThreadedApp:
             thread.join(15)
 
 
-class StaticHttpServer:
+class AppServer:
+    """A test server that is one aiohttp application on 127.0.0.1 (:class:`ThreadedApp`):
+    ``url``, ``start``/``stop`` and ``with``. A subclass builds its application and sets
+    ``self._app`` in its constructor."""
+
+    _app: ThreadedApp
+
+    @property
+    def url(self) -> str:
+        return self._app.url
+
+    def start(self) -> Self:
+        self._app.start()
+        return self
+
+    def stop(self) -> None:
+        self._app.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class StaticHttpServer(AppServer):
     """Serve ``root`` over HTTP on 127.0.0.1; ``honor_range=False`` ignores Range (HTTP 200)."""
 
     name = "static HTTP server"
@@ -402,20 +425,6 @@ class StaticHttpServer:
             raise web.HTTPNotFound()
         with open(path, "rb") as f:
             return web.Response(body=f.read())
-
-    @property
-    def url(self) -> str:
-        return self._app.url
-
-    def start(self) -> StaticHttpServer:
-        self._app.start()
-        return self
-
-    def stop(self) -> None:
-        self._app.stop()
-
-    def __enter__(self) -> StaticHttpServer:
-        return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
