@@ -41,6 +41,11 @@ hash mismatch                                     ``ValueError`` (:class:`Integr
 ``cache_limit`` too small                         ``ValueError`` (:class:`CacheError`)
 writer output directory not empty                 ``FileExistsError`` (:class:`OutputExistsError`)
 writer column with an unknown encoding            ``TypeError`` (:class:`UnsupportedEncodingError`)
+writer sample without one of the columns          ``KeyError`` (:class:`MissingColumnError`)
+writer value of the wrong type for its column      ``AttributeError`` (:class:`SampleTypeError`)
+``index.json`` without ``shards``, unknown format  ``KeyError`` (:class:`IndexKeyError`)
+unknown ``shuffle_algo`` / ``partition_algo``     ``KeyError`` (:class:`UnknownNameError`)
+``ds[x]`` with a float, str or other index        ``ValueError`` and ``TypeError`` (IndexTypeError)
 ================================================  ============================================
 """
 
@@ -56,16 +61,21 @@ __all__ = [
     "EmptyDatasetError",
     "FormatError",
     "IndexJSONError",
+    "IndexKeyError",
+    "IndexTypeError",
     "IntegrityError",
+    "MissingColumnError",
     "MissingIndexError",
     "ObjectChangedError",
     "ObjectNotFoundError",
     "OutputExistsError",
+    "SampleTypeError",
     "SettingError",
     "StorageError",
     "StorageTimeoutError",
     "ThrottledError",
     "TransientStorageError",
+    "UnknownNameError",
     "UnsafeEncodingError",
     "UnsupportedEncodingError",
 ]
@@ -90,6 +100,33 @@ class EmptyDatasetError(ConfigError, RuntimeError):
 
 class UnsupportedEncodingError(ConfigError, TypeError):
     """A writer column names an encoding astream does not know (the reference: ``TypeError``)."""
+
+
+class _PlainMessage(ConfigError, KeyError):
+    """A ``ConfigError`` that is also a ``KeyError``, whose text is its message as given
+    (``KeyError`` alone would show it quoted, as a key)."""
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)
+
+
+class UnknownNameError(_PlainMessage):
+    """An unknown ``shuffle_algo`` or ``partition_algo``. The reference looks the name up in a
+    table while iterating (``KeyError``); astream refuses it when the dataset is built."""
+
+
+class MissingColumnError(_PlainMessage):
+    """A sample given to a writer lacks one of its columns (the reference: ``KeyError``)."""
+
+
+class SampleTypeError(ConfigError, AttributeError):
+    """A writer value whose type its column's encoding cannot store (``{"id": "x"}`` in an
+    ``int`` column). The reference raises ``AttributeError`` from its encoder."""
+
+
+class IndexTypeError(ConfigError, TypeError):
+    """``ds[x]`` with an index that is not an int, slice, list or array. The reference raises
+    ``ValueError``; a ``TypeError`` is what Python's own sequences raise, so it is both."""
 
 
 class OutputExistsError(ConfigError, FileExistsError):
@@ -136,6 +173,14 @@ class IndexJSONError(FormatError, json.JSONDecodeError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.msg, self.path, self.doc, self.pos))
+
+
+class IndexKeyError(FormatError, KeyError):
+    """An ``index.json`` without its ``shards`` list, or a shard of a format no reader knows.
+    The reference fails on the missing key (``KeyError``); the message names file and field."""
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)
 
 
 class UnsafeEncodingError(FormatError):

@@ -2,9 +2,9 @@
 """Differential run against the reference: random dataset configurations, astream beside
 mosaicml-streaming 0.13.0, sample for sample.
 
-Usage:  python scripts/diff_reference.py [--cases 100] [--seed 1]
-        [--modes iter,loader,resume,dlresume]
-        [--peer-python .bench/peers-venv/bin/python] [--keep DIR]
+Usage:  python scripts/diff_reference.py [--cases 100] [--seed S]
+        [--modes iter,loader,resume,dlresume] [--worlds 0.2]
+        [--peer-python .venv-ref/bin/python] [--keep DIR]
 
 It writes three small MDS streams (97, 53 and 211 samples, shards of 4-40 samples) with
 astream's writer, draws ``--cases`` configurations from ``random.Random(--seed)`` -- one to
@@ -13,7 +13,7 @@ three streams weighed by ``proportion``, ``repeat``, ``choose`` or not at all, w
 ``shuffle_block_size`` and ``num_canonical_nodes`` set or left to their defaults;
 ``batch_size``, ``sampling_method``, ``sampling_granularity``, ``partition_algo`` and every
 ``batching_method`` -- and runs each in both libraries, each in its own process (astream in
-this python, the reference in ``--peer-python``, the harness's peers venv), then compares:
+this python, the reference in ``--peer-python``), then compares:
 
 - ``iter``: the ids one process yields over two iterations (epochs 0 and 1);
 - ``loader``: the ids a plain torch ``DataLoader`` yields batch by batch over two epochs, with
@@ -26,12 +26,23 @@ this python, the reference in ``--peer-python``, the harness's peers venv), then
 - ``attrs`` (not in the default ``--modes``): the reference's attributes (``ATTRS``: the
   settings as resolved and the index's arrays) after one iteration.
 
-A configuration that one library refuses must be refused by the other, except ``KNOWN``: the
-reference's own refusals that astream does not repeat (docs/migrating.md says why), counted
-apart. ``len()`` and the extra keys of astream's ``state_dict`` are not compared: both differ
-by design (docs/migrating.md). Prints every divergence with its configuration and exits 1 if
-there is one. Not part of CI (it needs the reference installed); the golden tests under
-tests/order are what CI runs, and ``tests/order/test_reference_mixing.py`` came from this run.
+The first configurations are always the same three: one stream at the default arguments
+(which do not shuffle), two streams shuffled with every other argument at its default (the
+default shuffle algorithm and canonical nodes), and a drawn configuration with
+``shuffle=False``. A share ``--worlds`` of the others runs on a World of one node of 2 ranks:
+one process per rank with torchrun's variables, ``iter`` and ``resume`` per rank. (Two nodes of
+one rank each on one machine hang the reference's rank 0, so that shape is not drawn; a World
+of one node sometimes does too: a World's processes that run past ``RANK_TIMEOUT_S`` are
+killed and reported.)
+
+Without ``--seed`` each run draws a new seed, printed first and again with any divergence, so
+a failure reruns with ``--seed S --cases N``. A configuration that one library refuses must be
+refused by the other, except ``KNOWN``: the reference's own refusals that astream does not
+repeat (docs/migrating.md says why), counted apart. ``len()`` and the extra keys of astream's
+``state_dict`` are not compared: both differ by design (docs/migrating.md). Prints every
+divergence with its configuration and exits 1 if there is one. The reference's venv is made by
+``scripts/setup.sh`` (``.venv-ref``); ``tests/order/test_diff_reference.py`` runs 40
+configurations in CI.
 """
 
 from __future__ import annotations
@@ -40,69 +51,99 @@ import argparse
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
 from typing import Any
 
 try:  # run as a script: scripts/ is sys.path[0]
+    import peer
     from gen_mosaic_attrs_golden import ARRAYS, COUNTS, SETTINGS
 except ImportError:  # imported as scripts.diff_reference
+    from scripts import peer
     from scripts.gen_mosaic_attrs_golden import ARRAYS, COUNTS, SETTINGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STREAMS = {"a": (97, 700), "b": (53, 1500), "c": (211, 400)}  # samples, size_limit
 ALGOS = ("py1e", "py1br", "py1s", "py2s", "naive")
+# (nodes, ranks per node) of the multi-rank configurations
+WORLDS = ((1, 2),)
+WORLD_MODES = ("iter", "resume")
 # the reference's refusals astream does not repeat: a checkpoint taken inside the padding its
 # canonical nodes add to the epoch (it compares against the unpadded epoch size) resumes
 KNOWN = ("Resuming further into the dataset",)  # also inside a DataLoader worker's error
 CHUNK = 20  # configurations per process
+RANK_TIMEOUT_S = 120  # a World's processes: a refusal on one rank only leaves the other waiting
 # the ``attrs`` mode: the reference's attributes after an iteration (``predownload`` is left
 # out: unset, astream's may be more, docs/migrating.md; these configurations never set it)
 ATTRS = tuple(n for n in SETTINGS if n != "predownload") + ARRAYS + COUNTS
+REFERENCE_PYTHONS = (
+    os.path.join(ROOT, ".venv-ref", "bin", "python"),
+    os.path.join(ROOT, ".bench", "peers-venv", "bin", "python"),
+)
 
 
-def configs(n: int, seed: int, data: str) -> list[dict[str, Any]]:
-    rng = random.Random(seed)
+def _streams(rng: random.Random, data: str, kind: str, names: list[str]) -> list[dict]:
     out = []
-    for _ in range(n):
-        names = rng.sample(sorted(STREAMS), rng.choice([1, 2, 3]))
-        kinds = ["none", "repeat", "choose"] + (["proportion"] if len(names) > 1 else [])
-        kind = rng.choice(kinds)
-        streams = []
-        for name in names:
-            s: dict[str, Any] = {"local": os.path.join(data, name)}
-            if kind == "proportion":
-                s["proportion"] = rng.choice([0.2, 0.5, 1.0, 1.5])
-            elif kind == "repeat":
-                s["repeat"] = rng.choice([0.5, 1, 1.3, 2])
-            elif kind == "choose":
-                s["choose"] = rng.choice([10, 50, 120])
-            streams.append(s)
-        cfg: dict[str, Any] = {
-            "streams": streams,
-            "shuffle": rng.random() < 0.8,
-            "shuffle_algo": rng.choice(ALGOS),
-            "shuffle_seed": rng.randrange(10_000),
-            "shuffle_block_size": rng.choice([None, 16, 50, 300]),
-            "num_canonical_nodes": rng.choice([None, 1, 2, 3, 8]),
-            "batch_size": rng.choice([1, 4, 7, 16]),
-            "sampling_method": rng.choice(["balanced", "fixed"]),
-            "sampling_granularity": rng.choice([1, 1, 3]),
-            "partition_algo": rng.choice(["relaxed", "orig"]),
-            "batching_method": rng.choice(
-                ["random", "random", "stratified", "per_stream", "device_per_stream"]
-            ),
-        }
-        if kind == "proportion" and rng.random() < 0.6:
-            cfg["epoch_size"] = rng.choice([100, 257, "0.3k"])
-        elif kind == "none" and rng.random() < 0.3:
-            cfg["epoch_size"] = rng.choice([90, 400])
-        cfg["_workers"] = rng.choice([1, 2, 3])
-        cfg["_drop_last"] = rng.random() < 0.3
-        cfg["_resume_at"] = rng.random()
-        out.append(cfg)
+    for name in names:
+        s: dict[str, Any] = {"local": os.path.join(data, name)}
+        if kind == "proportion":
+            s["proportion"] = rng.choice([0.2, 0.5, 1.0, 1.5])
+        elif kind == "repeat":
+            s["repeat"] = rng.choice([0.5, 1, 1.3, 2])
+        elif kind == "choose":
+            s["choose"] = rng.choice([10, 50, 120])
+        out.append(s)
     return out
+
+
+def draw(rng: random.Random, data: str, worlds: float = 0.0) -> dict[str, Any]:
+    """One random configuration; its ``_``-keys are the harness's (workers, drop_last, where
+    to resume, the World), the others ``StreamingDataset`` arguments (``None``: left unset)."""
+    names = rng.sample(sorted(STREAMS), rng.choice([1, 2, 3]))
+    kind = rng.choice(["none", "repeat", "choose"] + (["proportion"] if len(names) > 1 else []))
+    cfg: dict[str, Any] = {
+        "streams": _streams(rng, data, kind, names),
+        "shuffle": rng.random() < 0.8,
+        "shuffle_algo": rng.choice(ALGOS),
+        "shuffle_seed": rng.randrange(10_000),
+        "shuffle_block_size": rng.choice([None, 16, 50, 300]),
+        "num_canonical_nodes": rng.choice([None, 1, 2, 3, 8]),
+        "batch_size": rng.choice([1, 4, 7, 16]),
+        "sampling_method": rng.choice(["balanced", "fixed"]),
+        "sampling_granularity": rng.choice([1, 1, 3]),
+        "partition_algo": rng.choice(["relaxed", "orig"]),
+        "batching_method": rng.choice(
+            ["random", "random", "stratified", "per_stream", "device_per_stream"]
+        ),
+    }
+    if kind == "proportion" and rng.random() < 0.6:
+        cfg["epoch_size"] = rng.choice([100, 257, "0.3k"])
+    elif kind == "none" and rng.random() < 0.3:
+        cfg["epoch_size"] = rng.choice([90, 400])
+    cfg["_workers"] = rng.choice([1, 2, 3])
+    cfg["_drop_last"] = rng.random() < 0.3
+    cfg["_resume_at"] = rng.random()
+    cfg["_world"] = list(rng.choice(WORLDS)) if rng.random() < worlds else [1, 1]
+    return cfg
+
+
+def configs(n: int, seed: int, data: str, worlds: float = 0.0) -> list[dict[str, Any]]:
+    """``n`` configurations: the three fixed ones (module docstring), then drawn ones."""
+    rng = random.Random(seed)
+    harness = {"_workers": 2, "_drop_last": False, "_resume_at": 0.4, "_world": [1, 1]}
+    at_defaults = {"streams": [{"local": os.path.join(data, "a")}], "batch_size": 4, **harness}
+    shuffled = {
+        "streams": [{"local": os.path.join(data, name)} for name in ("a", "c")],
+        "shuffle": True,
+        "batch_size": 8,
+        **harness,
+    }
+    unshuffled = {**draw(rng, data), "shuffle": False}
+    out = [at_defaults, shuffled, unshuffled]
+    out += [draw(rng, data, worlds) for _ in range(max(0, n - len(out)))]
+    return out[:n]
 
 
 def _plain(v: Any) -> Any:
@@ -122,18 +163,63 @@ def _column(batch: list[dict[str, Any]]) -> dict[str, list[int]]:
     return {"id": _ids(batch)}
 
 
+def run_mode(mode: str, cfg: dict[str, Any], build: Any, lib: Any, ranks: int) -> Any:
+    """What ``mode`` observes of ``cfg`` (``build()`` makes its dataset, ``lib`` is the
+    library's module); ``ranks`` scales a resume point to the World's global samples."""
+    from torch.utils.data import DataLoader
+
+    bs = cfg["batch_size"]
+    if mode == "iter":
+        ds = build()
+        return [_ids(list(ds)) for _ in range(2)]
+    if mode == "attrs":
+        ds = build()
+        for _ in ds:  # the reference fills some in at its first iteration
+            pass
+        return {n: _plain(getattr(ds, n)) for n in ATTRS}
+    if mode == "loader":
+        ds = build()
+        dl = DataLoader(
+            ds, batch_size=bs, num_workers=cfg["_workers"], collate_fn=_ids,
+            drop_last=cfg["_drop_last"],
+        )  # fmt: skip
+        return [list(dl) for _ in range(2)]
+    if mode == "dlresume":
+
+        def loader(d: Any) -> Any:
+            return lib.StreamingDataLoader(
+                d, batch_size=bs, num_workers=cfg["_workers"], collate_fn=_column
+            )
+
+        first = loader(build())
+        it = iter(first)
+        total = len(list(loader(build())))
+        taken = [next(it)["id"] for _ in range(int(cfg["_resume_at"] * total))]
+        state = first.state_dict()
+        del it, first
+        again = loader(build())
+        again.load_state_dict(state)
+        return [taken, [b["id"] for b in again], [b["id"] for b in again]]
+    ds = build()  # resume
+    n = int(cfg["_resume_at"] * len(_ids(list(ds)))) * ranks
+    state = ds.state_dict(n, True)
+    again = build()
+    again.load_state_dict(state)
+    keys = ("epoch", "sample_in_epoch", "num_canonical_nodes", "shuffle_seed")
+    return [n, {k: int(state[k]) for k in keys}, _ids(list(again)), _ids(list(again))]
+
+
 def inner(lib: str, path: str, modes: list[str]) -> None:
-    """Run every configuration of ``path`` in this process with ``lib``; write the results."""
+    """Run every configuration of ``path`` in this process with ``lib``; write the results.
+    Under torchrun's variables (a World's rank) it writes ``<path>.<lib>.r<rank>.json``."""
     import gc
+    import importlib
     import warnings
 
     warnings.simplefilter("ignore")
-    if lib == "reference":
-        from streaming import Stream, StreamingDataLoader, StreamingDataset
-    else:
-        from astream import Stream, StreamingDataLoader, StreamingDataset
-    from torch.utils.data import DataLoader
-
+    mod = importlib.import_module("streaming" if lib == "reference" else "astream")
+    rank, ranks = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    port = int(os.environ.get("MASTER_PORT", 0))
     with open(path) as f:
         table = json.load(f)
     results = []
@@ -141,64 +227,17 @@ def inner(lib: str, path: str, modes: list[str]) -> None:
         kw = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "streams"}
         kw = {k: v for k, v in kw.items() if v is not None}
 
-        def build(cfg: dict[str, Any] = cfg, kw: dict[str, Any] = kw) -> Any:
-            return StreamingDataset(streams=[Stream(**s) for s in cfg["streams"]], **kw)
+        def build(streams: list[dict] = cfg["streams"], kw: dict[str, Any] = kw) -> Any:
+            nonlocal port
+            if ranks > 1:  # every rank builds in the same sequence: a fresh rendezvous port
+                port += 1
+                os.environ["MASTER_PORT"] = str(port)
+            return mod.StreamingDataset(streams=[mod.Stream(**s) for s in streams], **kw)
 
         got: dict[str, Any] = {}
         for mode in modes:
             try:
-                if mode == "iter":
-                    ds = build()
-                    got[mode] = [_ids(list(ds)) for _ in range(2)]
-                elif mode == "attrs":
-                    ds = build()
-                    for _ in ds:  # the reference fills some in at its first iteration
-                        pass
-                    got[mode] = {n: _plain(getattr(ds, n)) for n in ATTRS}
-                elif mode == "loader":
-                    ds = build()
-                    dl = DataLoader(
-                        ds,
-                        batch_size=kw["batch_size"],
-                        num_workers=cfg["_workers"],
-                        collate_fn=_ids,
-                        drop_last=cfg["_drop_last"],
-                    )
-                    got[mode] = [list(dl) for _ in range(2)]
-                    del dl
-                elif mode == "dlresume":
-                    ds = build()
-
-                    def loader(d: Any, bs: int = kw["batch_size"], w: int = cfg["_workers"]) -> Any:
-                        return StreamingDataLoader(
-                            d, batch_size=bs, num_workers=w, collate_fn=_column
-                        )
-
-                    first = loader(ds)
-                    it = iter(first)
-                    total = len(list(loader(build())))
-                    taken = [next(it)["id"] for _ in range(int(cfg["_resume_at"] * total))]
-                    state = first.state_dict()
-                    del it, first
-                    again = loader(build())
-                    again.load_state_dict(state)
-                    got[mode] = [taken, [b["id"] for b in again], [b["id"] for b in again]]
-                    del again
-                else:
-                    ds = build()
-                    n = int(cfg["_resume_at"] * len(_ids(list(ds))))
-                    state = ds.state_dict(n, True)
-                    again = build()
-                    again.load_state_dict(state)
-                    keys = ("epoch", "sample_in_epoch", "num_canonical_nodes", "shuffle_seed")
-                    got[mode] = [
-                        n,
-                        {k: int(state[k]) for k in keys},
-                        _ids(list(again)),
-                        _ids(list(again)),
-                    ]
-                    del again
-                del ds
+                got[mode] = run_mode(mode, cfg, build, mod, ranks)
             except Exception as exc:
                 text = f"{type(exc).__name__}: {exc}"  # a worker's error ends with its own
                 got[mode] = {
@@ -206,21 +245,137 @@ def inner(lib: str, path: str, modes: list[str]) -> None:
                 }
             gc.collect()
         results.append(got)
-    with open(f"{path}.{lib}.json", "w") as f:
+    out = f"{path}.{lib}.json" if ranks == 1 else f"{path}.{lib}.r{rank}.json"
+    with open(out, "w") as f:
         json.dump(results, f)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def write_data(data: str) -> None:
+    """The three streams under ``data``."""
+    from astream import MDSWriter
+
+    for k, (name, (n, limit)) in enumerate(sorted(STREAMS.items())):
+        out = os.path.join(data, name)
+        if not os.path.exists(os.path.join(out, "index.json")):
+            with MDSWriter(out=out, columns={"id": "int", "pad": "bytes"}, size_limit=limit) as w:
+                for i in range(n):
+                    w.write({"id": 1000 * k + i, "pad": b"x" * (i % 37)})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run_world(
+    cmd: list[str], env: dict[str, str], work: str, world: list[int], path: str, lib: str
+) -> list[Any]:
+    """Run ``cmd`` as every rank of ``world`` (nodes, ranks per node) at once; per
+    configuration, each mode's per-rank results, or the first rank's error."""
+    nodes, per_node = world
+    ranks = nodes * per_node
+    base = dict(env, WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(per_node))
+    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port() + 7))
+    procs = []
+    for r in range(ranks):
+        rank_env = dict(base, RANK=str(r), LOCAL_RANK=str(r % per_node))
+        procs.append(
+            subprocess.Popen(cmd, cwd=work, env=dict(rank_env, NODE_RANK=str(r // per_node)))
+        )
+    try:
+        for p in procs:
+            p.wait(timeout=RANK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+            p.wait()
+    per_rank = []
+    for r, p in enumerate(procs):
+        if p.returncode != 0:
+            return [None]  # the caller records the World's failure
+        with open(f"{path}.{lib}.r{r}.json") as f:
+            per_rank.append(json.load(f))
+    merged = []
+    for rows in zip(*per_rank):
+        got = {}
+        for mode in rows[0]:
+            errs = [row[mode] for row in rows if isinstance(row[mode], dict)]
+            got[mode] = errs[0] if errs else [row[mode] for row in rows]
+        merged.append(got)
+    return merged
+
+
+def run_chunk(
+    table: list[dict[str, Any]], c: int, work: str, modes: list[str], peer_python: str
+) -> tuple[list[Any], list[Any]]:
+    """Run configurations ``table[c:c + CHUNK]`` in both libraries: the one-process ones in
+    one process per library, each World's in one process per rank. Results in table order."""
+    stubs = os.path.join(work, "stubs")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([stubs, ROOT]))
+    chunk = list(enumerate(table[c : c + CHUNK]))
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, cfg in chunk:
+        groups.setdefault(tuple(cfg["_world"]), []).append(i)
+    out: dict[str, dict[int, Any]] = {"astream": {}, "reference": {}}
+    for world, idx in sorted(groups.items()):
+        path = os.path.join(work, f"cases-{c:05d}-{world[0]}x{world[1]}.json")
+        with open(path, "w") as f:
+            json.dump([table[c + i] for i in idx], f)
+        wmodes = modes if world == (1, 1) else [m for m in modes if m in WORLD_MODES]
+        for lib, python in (("astream", sys.executable), ("reference", peer_python)):
+            cmd = [python, os.path.abspath(__file__), "--modes", ",".join(wmodes)]
+            cmd += ["--inner", lib, path]
+            if world == (1, 1):
+                subprocess.run(cmd, check=True, env=env, cwd=work)
+                with open(f"{path}.{lib}.json") as f:
+                    rows = json.load(f)
+            else:
+                rows = _run_world(cmd, env, work, list(world), path, lib)
+                if rows == [None]:
+                    failed = {"error": f"a rank of World {world} failed or hung (see above)"}
+                    rows = [{m: failed for m in wmodes} for _ in idx]
+            out[lib].update(zip(idx, rows))
+    return [out["astream"][i] for i, _ in chunk], [out["reference"][i] for i, _ in chunk]
+
+
+def compare(table: list[dict[str, Any]], ours: list[Any], theirs: list[Any]) -> dict[str, int]:
+    """Print each divergence; the counts of checks, divergences and refusals."""
+    n = {"checks": 0, "diverged": 0, "refused": 0, "known": 0}
+    for k, (cfg, x, y) in enumerate(zip(table, ours, theirs)):
+        for mode in x:
+            n["checks"] += 1
+            a_got, r_got = x[mode], y[mode]
+            a_err = isinstance(a_got, dict) and set(a_got) == {"error"}
+            r_err = isinstance(r_got, dict) and set(r_got) == {"error"}
+            if a_err and r_err:
+                n["refused"] += 1
+                continue
+            if r_err and not a_err and any(m in r_got["error"] for m in KNOWN):
+                n["known"] += 1
+                continue
+            if a_err != r_err or a_got != r_got:
+                n["diverged"] += 1
+                what = a_got["error"] if a_err else (r_got["error"] if r_err else "other samples")
+                print(f"case {k} {mode}: {what}\n    {json.dumps(cfg)}")
+    return n
+
+
+def _args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=100)
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=int, help="a new one each run when left out (printed)")
     ap.add_argument("--modes", default="iter,loader,resume,dlresume")
-    ap.add_argument(
-        "--peer-python", default=os.path.join(ROOT, ".bench", "peers-venv", "bin", "python")
-    )
+    ap.add_argument("--worlds", type=float, default=0.2, help="share of 2-rank Worlds")
+    default = next((p for p in REFERENCE_PYTHONS if os.path.exists(p)), REFERENCE_PYTHONS[0])
+    ap.add_argument("--peer-python", default=default, help="python of mosaicml-streaming 0.13.0")
     ap.add_argument("--keep", help="write the data, table and results here (kept)")
     ap.add_argument("--inner", nargs=2, help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    a = _args()
     modes = a.modes.split(",")
     if a.inner:
         inner(a.inner[0], a.inner[1], modes)
@@ -228,60 +383,36 @@ def main() -> int:
     # the configurations run with the work directory as cwd: a relative path must still hold
     a.peer_python = os.path.abspath(a.peer_python)
     if not os.path.exists(a.peer_python):
-        print(f"no reference python at {a.peer_python}: pass --peer-python", file=sys.stderr)
+        print(f"no reference python at {a.peer_python}: run scripts/setup.sh", file=sys.stderr)
         return 2
-    from astream import MDSWriter
-
+    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**31)
+    rerun = f"python scripts/diff_reference.py --seed {seed} --cases {a.cases} --modes {a.modes}"
+    print(f"seed {seed}", flush=True)
     work = a.keep or tempfile.mkdtemp(prefix="astream-diff-")
-    data = os.path.join(work, "data")
-    for k, (name, (n, limit)) in enumerate(sorted(STREAMS.items())):
-        out = os.path.join(data, name)
-        if os.path.exists(os.path.join(out, "index.json")):
-            continue
-        with MDSWriter(out=out, columns={"id": "int", "pad": "bytes"}, size_limit=limit) as w:
-            for i in range(n):
-                w.write({"id": 1000 * k + i, "pad": b"x" * (i % 37)})
-    table = configs(a.cases, a.seed, data)
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    write_data(os.path.join(work, "data"))
+    for rel, text in peer.STUBS.items():  # torchvision, which `import streaming` needs
+        os.makedirs(os.path.dirname(os.path.join(work, "stubs", rel)), exist_ok=True)
+        with open(os.path.join(work, "stubs", rel), "w") as f:
+            f.write(text)
+    table = configs(a.cases, seed, os.path.join(work, "data"), a.worlds)
     ours: list[Any] = []
     theirs: list[Any] = []
     # a fresh process per CHUNK configurations: the reference's loaders leave descriptors open
     # (a hundred configurations in all four modes pass even a limit of 20,000)
     for c in range(0, len(table), CHUNK):
-        path = os.path.join(work, f"cases-{c:05d}.json")
-        with open(path, "w") as f:
-            json.dump(table[c : c + CHUNK], f)
-        for lib, python, into in (
-            ("astream", sys.executable, ours),
-            ("reference", a.peer_python, theirs),
-        ):
-            cmd = [python, os.path.abspath(__file__), "--modes", a.modes, "--inner", lib, path]
-            subprocess.run(cmd, check=True, env=env, cwd=work)
-            with open(f"{path}.{lib}.json") as f:
-                into += json.load(f)
-    diverged = refused = known = 0
-    for k, (cfg, x, y) in enumerate(zip(table, ours, theirs)):
-        for mode in modes:
-            a_got, r_got = x[mode], y[mode]
-            a_err = isinstance(a_got, dict) and set(a_got) == {"error"}
-            r_err = isinstance(r_got, dict) and set(r_got) == {"error"}
-            if a_err and r_err:
-                refused += 1
-                continue
-            if r_err and not a_err and any(m in r_got["error"] for m in KNOWN):
-                known += 1
-                continue
-            if a_err != r_err or a_got != r_got:
-                diverged += 1
-                what = a_got["error"] if a_err else (r_got["error"] if r_err else "other samples")
-                print(f"case {k} {mode}: {what}\n    {json.dumps(cfg)}")
-    checked = len(table) * len(modes)
+        x, y = run_chunk(table, c, work, modes, a.peer_python)
+        ours += x
+        theirs += y
+    n = compare(table, ours, theirs)
     print(
-        f"{checked} checks ({len(table)} configurations x {', '.join(modes)}): "
-        f"{diverged} diverged, {refused} refused by both, {known} refused by the reference "
-        f"only as documented; data and results in {work}"
+        f"{n['checks']} checks ({len(table)} configurations, modes {a.modes}; "
+        f"{sum(c['_world'] != [1, 1] for c in table)} on 2 ranks): {n['diverged']} diverged, "
+        f"{n['refused']} refused by both, {n['known']} refused by the reference only as "
+        f"documented; data and results in {work}"
     )
-    return 1 if diverged else 0
+    if n["diverged"]:
+        print(f"seed {seed}: rerun with  {rerun}")
+    return 1 if n["diverged"] else 0
 
 
 if __name__ == "__main__":

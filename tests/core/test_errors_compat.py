@@ -47,26 +47,6 @@ DIFFERENT: dict[str, tuple[type[BaseException], list[str], str]] = {
         ["ValueError"],
         "the reference builds the dataset and fails at the first sample",
     ),
-    "index_without_shards_key": (
-        errors.FormatError,
-        ["ValueError"],
-        "the reference raises a bare KeyError('shards'); astream names the file and field",
-    ),
-    "index_unknown_format": (
-        errors.FormatError,
-        ["ValueError"],
-        "the reference raises a bare KeyError('parquet9'); astream names the file and field",
-    ),
-    "writer_missing_column": (
-        errors.ConfigError,
-        ["ValueError"],
-        "the reference raises a bare KeyError('text'); astream names the column",
-    ),
-    "writer_wrong_sample_type": (
-        errors.ConfigError,
-        ["ValueError"],
-        "the reference raises AttributeError from inside its encoder",
-    ),
 }
 
 

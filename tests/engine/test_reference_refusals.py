@@ -33,6 +33,10 @@ STRICTER = {
     "shuffle_not_a_bool": "shuffle must be True or False",
 }
 
+# refused while the reference iterates, with a type that is an accident of where it fails
+# (docs/migrating.md): astream refuses them when the dataset is built, with a ValueError
+OTHER_TYPE = {"batch_size_zero": "ZeroDivisionError"}
+
 
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
@@ -59,7 +63,7 @@ def test_refused_and_accepted_as_the_reference(streams: dict[str, str], case: st
         return
     with pytest.raises(ConfigError) as got:
         _run(streams, case)
-    if ref.get("at") in ("stream", "build"):
+    if "error" in ref and case not in OTHER_TYPE:
         builtin = getattr(__import__("builtins"), ref["error"])
         assert isinstance(got.value, builtin), (ref, got.value)
 
@@ -69,3 +73,4 @@ def test_the_stricter_cases_are_the_reference_s_silent_ones() -> None:
     refused = {k for k, v in GOLDEN["cases"].items() if "samples" not in v}
     assert not refused & set(STRICTER)
     assert GOLDEN["cases"]["predownload_negative"] == {"hang": "iter"}
+    assert {k: GOLDEN["cases"][k].get("error") for k in OTHER_TYPE} == OTHER_TYPE

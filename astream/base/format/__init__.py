@@ -1,0 +1,1 @@
+"""The reference's ``streaming.base.format`` path; only ``mds.encodings`` is provided."""

@@ -1,0 +1,1 @@
+"""The reference's ``streaming.base.format.mds`` path; see :mod:`.encodings`."""
