@@ -130,6 +130,9 @@ class Server:
     def __enter__(self) -> Server:
         return self.start()
 
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 class MotoServer(Server):
     """moto's S3 server (``moto[server]``) as a subprocess.
@@ -425,6 +428,3 @@ class StaticHttpServer(AppServer):
             raise web.HTTPNotFound()
         with open(path, "rb") as f:
             return web.Response(body=f.read())
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
