@@ -52,16 +52,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # (file under astream/, a statement of the read path that only serves metrics, its stand-in)
 STRIP = (
-    ("runtime/engine.py", r"stats\.samples \+= (len\(batch\)|size)", "pass"),
-    ("runtime/engine.py", r"stats\.count_streams\(groups, self\.catalog\.shard_stream\)", "pass"),
-    ("runtime/engine.py", r"multi = bool\(stats\.stream_samples\)", "multi = False"),
-    ("runtime/engine.py", r"stats\.live = \(weakref\.ref\(pf\), weakref\.ref\(la\)\).*", "pass"),
-    (
-        "runtime/engine.py",
-        r"stats\.live, multi = \(weakref\.ref\(pf\), weakref\.ref\(la\)\), bool\(stats\."
-        r"stream_samples\)",
-        "multi = False",
-    ),
+    ("runtime/iterate.py", r"stats\.samples \+= size", "pass"),
+    ("runtime/iterate.py", r"stats\.count_streams\(groups, self\.catalog\.shard_stream\)", "pass"),
+    ("runtime/iterate.py", r"self\.multi = bool\(stats\.stream_samples\)", "self.multi = False"),
+    ("runtime/iterate.py", r"stats\.live = \(weakref\.ref\(pf\), weakref\.ref\(la\)\).*", "pass"),
     ("runtime/reader.py", r"self\.stats\.cache_(hits|misses) \+= 1", "pass"),
 )
 

@@ -45,10 +45,21 @@ writer whose worker is gone gets an error instead of blocking, and a reader whos
 is gone sees the end of the pipe. Each message is written by a daemon thread: a worker reads its
 message only when it reaches its first batch, and a message larger than the pipe's buffer waits
 for that.
+
+Whole shards of the other workers' first batches: shards that must be whole before a sample of
+them is read (Parquet row groups, compressed shards) are announced by worker ``w`` first for
+workers ``0..w-1``'s first batches, then for its own (:meth:`FirstBatch.share_first`), so the
+node's download slots go to the batch handed out first. A prefetch never queues behind another
+process's download of a shard (``fetch.py``), so the workers split those shards between them.
+Only with no ``cache_limit`` and no explicit ``predownload`` (the downloads are then bounded by
+nothing but the plan anyway: every shard is fetched once per node), and not when a worker
+resumes from its own saved state (a loader that resumes at a sample starts its workers'
+iterations there, and they share from there).
 """
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import pickle
@@ -57,7 +68,16 @@ import time
 from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
-__all__ = ["LeadEnds", "open_pipes", "send"]
+import numpy as np
+
+from astream.runtime.batch_groups import batch_groups
+from astream.runtime.fetch import RemoteShard, is_complete
+from astream.runtime.placement import dataloader_worker
+from astream.runtime.prefetch import Prefetcher
+from astream.runtime.ranges import _RANGE_GETS, RangeReads
+from astream.runtime.shard_handles import RangeShard
+
+__all__ = ["FirstBatch", "LeadEnds", "open_pipes", "send"]
 
 Wants = list[tuple[int, list[int]]]
 # shard -> (compact buffer, its offsets from 0, shard sample -> place in the buffer); for a
@@ -187,3 +207,154 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class FirstBatch(RangeReads):
+    """An engine's side of the first-batch hand-over: what the main process reads for each
+    worker and sends it, what a worker takes from its message, and the whole shards of
+    earlier workers' first batches a worker announces before its own."""
+
+    def share_first(
+        self, plan: Any, world: Any, rank: int, worker: int, start: int, skip: int
+    ) -> None:
+        """The next iteration of DataLoader worker ``worker`` (> 0) announces the whole shards
+        of workers ``0..worker-1``'s first batches before its own (see the module's docstring):
+        those not complete in the cache and not read by ranges, in the order the loader hands
+        the batches out. Nothing for worker 0, a worker resuming its own saved state (``skip``), a
+        ``cache_limit`` or an explicit ``predownload``."""
+        self._first_of_others = []
+        if worker <= 0 or skip or self.cache_limit is not None or self.ahead_fixed:
+            return
+        seen: set[int] = set()
+        for w in range(worker):
+            first = next(iter(plan.worker_batches(world, rank, w, start)), None)
+            if first is None:
+                continue
+            for s, _positions, _locals in batch_groups(first, self.catalog):
+                if s in seen:
+                    continue
+                seen.add(s)
+                shard = self.catalog.shards[s]
+                if shard.remote is None or is_complete(shard.files.raw_path, shard.files.raw_size):
+                    continue
+                if not self._rangeable(s):
+                    self._first_of_others.append(s)
+
+    def _want_first_of_others(self, pf: Prefetcher) -> None:
+        shards, self._first_of_others = self._first_of_others, []
+        for s in shards:
+            pf.want(s)
+
+    def lead_wants(self, ids: np.ndarray[Any, np.dtype[np.int64]]) -> Wants:
+        """What a worker whose first batch is ``ids`` reads by ranges (its ``_range_wants``
+        in a process with nothing open)."""
+        if not self.range_first_batches:
+            return []
+        wants = [
+            (s, [int(x) for x in locals_])
+            for s, _positions, locals_ in batch_groups(ids, self.catalog)
+            if self._rangeable(s)
+        ]
+        return wants if self._ranges_pay(wants) else []
+
+    async def lead_first(
+        self,
+        per_worker: list[Wants],
+        writers: list[Any],
+        live: list[bool] | None = None,
+        under_way: threading.Event | None = None,
+    ) -> None:
+        """Read each worker's wanted samples (``per_worker[w]``) by ranges and send each worker
+        its bytes as soon as they are complete (``None`` when the read failed: the worker then
+        reads them itself). Worker by worker, worker 0's first, each worker's shard headers and
+        samples together (at most ``_RANGE_GETS`` GETs at a time; a header already read for
+        an earlier worker is not read again): the loader hands out worker 0's batch first, and
+        on a server that serves requests side by side (CPU-bound, as moto) the GETs of one
+        worker alone come back sooner than with the next workers' headers among them (on the
+        images benchmark 5 of the 55 GETs before worker 0's batch was complete; on tokens the
+        workers' first batches share their shards). No GET starts once ``live[0]`` is False
+        (the loader's iteration is over). ``under_way`` is set once the first GET is answered
+        (its requests are at the server then), or when this ends."""
+        sem = asyncio.Semaphore(_RANGE_GETS)
+        sent = [False] * len(per_worker)
+        answered = None if under_way is None else under_way.set
+        try:
+            for w, wants in enumerate(per_worker):
+                got: Payload | None = None
+                try:
+                    if wants:
+                        got = await self._range_read(wants, sem, live, answered)
+                except Exception:
+                    got = None
+                sent[w] = True
+                send(writers[w], wants, got, self._versions_of(wants) if got else {})
+        finally:
+            if under_way is not None:
+                under_way.set()
+            for w, done in enumerate(sent):
+                if not done:  # cancelled (the loop shutting down): no worker waits
+                    send(writers[w], per_worker[w], None, {})
+
+    def _objects_of(self, wants: Wants) -> list[tuple[tuple[str, str], RemoteShard]]:
+        """The remote objects read by ranges for ``wants`` (each shard's data file and, for
+        a split shard, its meta file), with their keys in ``Versions``."""
+        out = []
+        for s, _ in wants:
+            shard = self.catalog.shards[s]
+            for one in (shard, shard.meta):
+                if one is not None and one.remote is not None:
+                    out.append(((one.remote, one.raw_key), one))
+        return out
+
+    def _versions_of(self, wants: Wants) -> Versions:
+        """The versions this process read of the objects of ``wants``' shards: what the
+        worker it reads them for must read too."""
+        keys = [k for k, _ in self._objects_of(wants)]
+        return self._parts().fetcher.versions.subset(keys)
+
+    def _lead_take(self) -> Any:
+        """In a DataLoader worker whose loader's main process reads its first batch: this
+        worker's read end (once per iteration); else None."""
+        ends, self._lead = self._lead, None
+        if ends is None:
+            return None
+        me = dataloader_worker()
+        if me is None or ends.ppid == os.getpid():
+            ends.close()
+            return None
+        conn = ends.take(me[0])
+        return None if conn is None else (conn, ends.ppid)
+
+    def _lead_received(
+        self, handoff: tuple[Any, int], wants: Wants
+    ) -> dict[int, RangeShard] | None:
+        """The first batch's range shards the main process read for this worker, when it read
+        exactly the samples of ``wants`` of each of their shards (else None: read them here).
+        ``wants`` may lack shards the main process read: a shard completed in the node's cache
+        since the main process planned (another worker's download; this worker's own are held
+        until its first batch) is read from there, and the bytes of the others are used."""
+        msg = receive(*handoff)
+        if msg is None:
+            return None
+        theirs, payload, versions = msg
+        mine = [(s, [int(x) for x in locals_]) for s, locals_ in wants]
+        if payload is None or not mine or not _lead_covers(mine, theirs, payload):
+            return None
+        parts = self._parts()
+        mine_v = parts.fetcher.versions
+        how = "the main process read it for this worker's first batch at"
+        for k, one in self._objects_of(wants):
+            v = versions.get(k)
+            if v is not None:  # the version those bytes came from
+                mine_v.keep(k, [v], one.url(), how)
+            # and their files, once any process of the node downloads them
+            mine_v.expect_file(k, one.files.raw_path, one.files.raw_size, one.url())
+        out = self._range_shards(parts, {s: payload[s] for s, _ in mine})
+        parts.range_samples += sum(len(r.slot) for r in out.values())
+        return out
+
+
+def _lead_covers(mine: Wants, theirs: Wants, payload: Any) -> bool:
+    """Whether the main process read each shard of ``mine`` with exactly its samples."""
+    read = {s: locals_ for s, locals_ in theirs}
+    return all(read.get(s) == locals_ and s in payload for s, locals_ in mine)

@@ -229,7 +229,7 @@ class S3Backend:
             raise ConfigError(f"url {url!r} needs the 's3' extra: pip install 'astream[s3]'")
         self._s = S3Settings.parse(url, **options)
         self.bucket, self.prefix = self._s.bucket, self._s.prefix
-        self.list_page_size = self._s.list_page_size  # read by the split listing (parquet/io_index.py)
+        self.list_page_size = self._s.list_page_size  # read by parquet/io_index.py
         self._sdk_s3: SdkS3 | None = None
         self._creds: Credentials | None = None
         self._target: _Target | None = None
