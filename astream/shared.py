@@ -20,7 +20,7 @@ MAX_WORKERS = 1024  # DataLoader workers per rank whose state a shared array can
 
 class StaleIteration(Exception):
     """A DataLoader worker is starting an iteration its loader has already left (see
-    ``astream.dataset._Epochs.set_iteration``): it runs empty and takes nothing shared."""
+    ``astream.dataset.epochs._Epochs.set_iteration``): it runs empty and takes nothing shared."""
 
 
 class SharedInts:

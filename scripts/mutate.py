@@ -44,7 +44,10 @@ TARGETS: dict[str, list[str]] = {
     ],
     "astream/core/partition.py": ["tests/order"],
     "astream/core/order.py": ["tests/order"],
+    "astream/core/dealing.py": ["tests/order"],
+    "astream/core/refplans.py": ["tests/order"],
     "astream/core/refshuffle.py": ["tests/order"],
+    "astream/core/refbatching.py": ["tests/order"],
     "astream/core/state.py": ["tests/order", "tests/engine/test_resume.py"],
     "astream/core/shard.py": ["tests/core", "tests/writer/test_mds_writer.py"],
     "astream/writer/mds.py": [
