@@ -1,6 +1,7 @@
 """An MDS dataset read through the reference's other remotes: a full epoch (in the process,
-and through DataLoader workers) and random access, from dbfs:/Volumes (Files API), dbfs:/
-(DBFS API) and sftp://, each on its server on 127.0.0.1."""
+and through DataLoader workers), random access and an exact mid-epoch resume, from
+dbfs:/Volumes (Files API), dbfs:/ (DBFS API), azure-dl://, oci:// and sftp://, each on its
+server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -101,3 +102,44 @@ def test_a_dbfs_remote_without_local_is_cached_under_the_cache_dir(
     assert sorted(int(s["label"]) for s in ds) == list(range(N))
     assert os.listdir(tmp_path / "cache-dir")  # not read in place as a local path "dbfs:"
     assert not os.path.exists("dbfs:")
+
+
+@pytest.mark.parametrize("kind", ["dbfs-volumes", "dbfs", "adls", "oci", "sftp"])
+def test_shuffled_epoch_resumes_exactly_through_the_remote(
+    kind: str, mds: tuple[str, list[dict[str, Any]]], request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
+    """A shuffled epoch at the default order from each remote, a checkpoint after 101 samples,
+    and a new dataset on a cold cache resuming from it: the rest of the epoch, sample for sample
+    as the uninterrupted run; and random access on the cold cache."""
+    from .remotes import make_remote_target
+
+    src, samples = mds
+    target = make_remote_target(kind, request, f"resume-{uuid.uuid4().hex[:8]}")
+    url, opts = target.url, target.options
+    upload(src, url, **opts)
+
+    def dataset(cache: str) -> StreamingDataset:
+        return StreamingDataset(
+            remote=url,
+            local=str(tmp_path / cache),
+            batch_size=4,
+            shuffle=True,
+            shuffle_seed=7,
+            storage_options=opts,
+        )
+
+    whole = [int(s["label"]) for s in dataset("a")]
+    assert sorted(whole) == list(range(N))
+    assert whole != list(range(N))  # shuffled
+    first = dataset("b")
+    it = iter(first)
+    head = [int(next(it)["label"]) for _ in range(101)]
+    state = first.state_dict(101, True)
+    resumed = dataset("c")
+    resumed.load_state_dict(state)
+    rest = [int(s["label"]) for s in resumed]
+    assert head + rest == whole
+    cold = dataset("d")
+    for i in (5, 150, N - 1):
+        assert cold[i]["label"] == i
+        assert np.array_equal(cold[i]["ids"], samples[i]["ids"])
