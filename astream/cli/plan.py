@@ -204,44 +204,16 @@ def load_streams(source: str, split: str | None = None) -> tuple[list[Any], dict
 
 
 def run(args: argparse.Namespace) -> int:
-    from astream.plan import REFERENCE_SHUFFLES, SHUFFLES, simulate_index
+    from astream.plan import simulate_index
 
     streams, extra = load_streams(args.source, args.split)
     if args.epoch_size is not None:
         extra["epoch_size"] = args.epoch_size
-    if args.report and args.report.lower().endswith(".png"):
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise ConfigError(
-                "--report: a .png report needs matplotlib (not installed); write .html instead"
-            ) from None
-    if args.report_node >= args.nodes:
-        raise ConfigError(
-            f"--report-node: must be < --nodes ({args.nodes}), got {args.report_node}"
-        )
-    notes = []
-    if args.shuffle_algo:
-        shuffles = list(dict.fromkeys(args.shuffle_algo))
-    else:
-        shuffles = list(SHUFFLES)
-        total = sum(int(s.index.table.samples.sum()) for s in streams)
-        if total > REF_MAX_SAMPLES:
-            shuffles = ["none", "astream"]
-            notes.append(
-                f"left out {', '.join(REFERENCE_SHUFFLES)}: {total:,} samples; the reference's "
-                "orders cost O(epoch) time and memory (ask for them with --shuffle-algo)"
-            )
+    _check_report_args(args)
+    notes: list[str] = []
+    shuffles = _shuffles(args, streams, notes)
     policies = args.cache_policy or (["next_use", "lru"] if args.cache_limit else ["next_use"])
-    interleavings = args.interleavings
-    if interleavings is None:
-        per_node = sum(int(s.index.table.samples.sum()) for s in streams) // args.nodes
-        interleavings = INTERLEAVE_AUTO if per_node <= INTERLEAVE_AUTO_MAX else 0
-        if not interleavings and args.cache_limit:
-            notes.append(
-                f"no BYTES RANGE: {per_node:,} samples per node; each interleaving is one more "
-                "exact replay (ask for them with --interleavings N)"
-            )
+    interleavings = _interleavings(args, streams, notes)
     try:
         results = simulate_index(
             streams,
@@ -268,6 +240,60 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(_flagged(str(exc))) from None
     for r in results:
         notes.extend(f"{r.shuffle}/{r.policy}: {n}" for n in r.notes)
+    _write_outputs(results, args, notes)
+    return 0
+
+
+def _check_report_args(args: argparse.Namespace) -> None:
+    """Refuse a report that cannot be written before any simulation runs."""
+    if args.report and args.report.lower().endswith(".png"):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                "--report: a .png report needs matplotlib (not installed); write .html instead"
+            ) from None
+    if args.report_node >= args.nodes:
+        raise ConfigError(
+            f"--report-node: must be < --nodes ({args.nodes}), got {args.report_node}"
+        )
+
+
+def _shuffles(args: argparse.Namespace, streams: Sequence[Any], notes: list[str]) -> list[str]:
+    """The shuffle algorithms asked for, or every one; the reference's are left out (with a
+    note) above REF_MAX_SAMPLES, since their orders cost O(epoch) time and memory."""
+    from astream.plan import REFERENCE_SHUFFLES, SHUFFLES
+
+    if args.shuffle_algo:
+        return list(dict.fromkeys(args.shuffle_algo))
+    total = sum(int(s.index.table.samples.sum()) for s in streams)
+    if total <= REF_MAX_SAMPLES:
+        return list(SHUFFLES)
+    notes.append(
+        f"left out {', '.join(REFERENCE_SHUFFLES)}: {total:,} samples; the reference's "
+        "orders cost O(epoch) time and memory (ask for them with --shuffle-algo)"
+    )
+    return ["none", "astream"]
+
+
+def _interleavings(args: argparse.Namespace, streams: Sequence[Any], notes: list[str]) -> int:
+    """--interleavings, or by default INTERLEAVE_AUTO up to INTERLEAVE_AUTO_MAX samples per node
+    and none above (each is one more exact replay)."""
+    asked: int | None = args.interleavings
+    if asked is not None:
+        return asked
+    per_node = sum(int(s.index.table.samples.sum()) for s in streams) // args.nodes
+    interleavings = INTERLEAVE_AUTO if per_node <= INTERLEAVE_AUTO_MAX else 0
+    if not interleavings and args.cache_limit:
+        notes.append(
+            f"no BYTES RANGE: {per_node:,} samples per node; each interleaving is one more "
+            "exact replay (ask for them with --interleavings N)"
+        )
+    return interleavings
+
+
+def _write_outputs(results: Sequence[Any], args: argparse.Namespace, notes: list[str]) -> None:
+    """Print the table and the notes (each once); write the --json figures and the report."""
     timed = args.bandwidth_mbps is not None
     print(format_table(results, timed))
     for n in dict.fromkeys(notes):
@@ -285,7 +311,6 @@ def run(args: argparse.Namespace) -> int:
             f.write(page)
         print(f"wrote {args.report}")
     sys.stdout.flush()
-    return 0
 
 
 _COLS = ("SHUFFLE", "POLICY", "NODE", "EPOCH", "SHARDS", "BYTES", "REDL", "HIGH-WATER",

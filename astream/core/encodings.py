@@ -166,6 +166,26 @@ def _str_coder(name: str, kind: type, parse: Callable[[str], Any]) -> Coder:
 
 
 def _ndarray(config: str, text: str) -> Coder:
+    """``ndarray[:dtype[:d1,d2,...]]``: what the config fixes (dtype, shape) is left out of the
+    bytes; what it leaves open is written in front of the values."""
+    dtype, shape = _ndarray_spec(config, text)
+    size = None if dtype is None or shape is None else int(np.prod(shape)) * dtype.itemsize
+    enc = _ndarray_encoder(dtype, shape, text)
+    if dtype is not None and shape is not None:
+        fixed_dtype, fixed_shape = dtype, shape
+
+        def dec_fixed(mv: memoryview) -> Any:
+            return np.frombuffer(mv, fixed_dtype).reshape(fixed_shape)
+
+        return Coder(text, size, enc, dec_fixed)
+    dec = _ndarray_decoder(dtype, shape)
+    if dtype is not None:
+        return Coder(text, size, enc, _ndarray_1d_decoder(dtype, dec))
+    return Coder(text, size, enc, dec)
+
+
+def _ndarray_spec(config: str, text: str) -> tuple[np.dtype[Any] | None, tuple[int, ...] | None]:
+    """The (dtype, shape) an ndarray encoding's config fixes; None for each it leaves open."""
     args = config.split(":") if config else []
     if len(args) > 2:
         raise ConfigError(f"bad encoding {text!r}: expected ndarray[:dtype[:d1,d2,...]]")
@@ -182,7 +202,14 @@ def _ndarray(config: str, text: str) -> Coder:
         if not all(d.isdigit() and int(d) >= 1 for d in dims) or not 1 <= len(dims) <= 63:
             raise ConfigError(f"bad encoding {text!r}: shape must be positive ints 'd1,d2,...'")
         shape = tuple(int(d) for d in dims)
-    size = None if dtype is None or shape is None else int(np.prod(shape)) * dtype.itemsize
+    return dtype, shape
+
+
+def _ndarray_encoder(
+    dtype: np.dtype[Any] | None, shape: tuple[int, ...] | None, text: str
+) -> Callable[[Any], bytes]:
+    """Bytes of an array: a dtype code byte unless the dtype is fixed, a shape header (ndim and
+    width in one byte, then the dims) unless the shape is fixed, then the values."""
 
     def enc(arr: Any) -> bytes:
         _need(arr, np.ndarray, text)
@@ -209,28 +236,14 @@ def _ndarray(config: str, text: str) -> Coder:
         parts.append(arr.tobytes())
         return b"".join(parts)
 
-    if dtype is not None and shape is not None:
-        fixed_dtype, fixed_shape = dtype, shape
+    return enc
 
-        def dec_fixed(mv: memoryview) -> Any:
-            return np.frombuffer(mv, fixed_dtype).reshape(fixed_shape)
 
-        return Coder(text, size, enc, dec_fixed)
-
-    if dtype is not None and shape is None:
-        known, item = dtype, dtype.itemsize
-        one_dim = {4: (2, _U8_AT), 5: (3, _U16_AT), 6: (5, _U32_AT), 7: (9, _U64_AT)}
-
-        def dec_1d(mv: memoryview) -> Any:
-            """``ndarray:DTYPE`` fast path: a 1-D shape header is read with one unpack."""
-            fast = one_dim.get(mv[0])
-            if fast is None:
-                return dec(mv)
-            pos, at = fast
-            (count,) = at(mv, 1)
-            if count == 0 or count * item != len(mv) - pos:
-                return dec(mv)  # let the general path raise its precise error
-            return np.frombuffer(mv, known, count, pos)
+def _ndarray_decoder(
+    dtype: np.dtype[Any] | None, shape: tuple[int, ...] | None
+) -> Callable[[memoryview], Any]:
+    """The general decoder: reads the dtype code and shape header where the config leaves them
+    open, and raises ValueError unless the values fill the rest exactly."""
 
     def dec(mv: memoryview) -> Any:
         pos = 0
@@ -258,9 +271,29 @@ def _ndarray(config: str, text: str) -> Coder:
         arr = np.frombuffer(mv, dt, count, pos)
         return arr if len(shp) == 1 else arr.reshape(shp)
 
-    if dtype is not None and shape is None:
-        return Coder(text, size, enc, dec_1d)
-    return Coder(text, size, enc, dec)
+    return dec
+
+
+def _ndarray_1d_decoder(
+    known: np.dtype[Any], dec: Callable[[memoryview], Any]
+) -> Callable[[memoryview], Any]:
+    """``ndarray:DTYPE`` (dtype fixed, shape open): a 1-D value is read with one unpack of its
+    shape header; anything else goes to ``dec``, which decodes it or raises its precise error."""
+    item = known.itemsize
+    one_dim = {4: (2, _U8_AT), 5: (3, _U16_AT), 6: (5, _U32_AT), 7: (9, _U64_AT)}
+
+    def dec_1d(mv: memoryview) -> Any:
+        """``ndarray:DTYPE`` fast path: a 1-D shape header is read with one unpack."""
+        fast = one_dim.get(mv[0])
+        if fast is None:
+            return dec(mv)
+        pos, at = fast
+        (count,) = at(mv, 1)
+        if count == 0 or count * item != len(mv) - pos:
+            return dec(mv)  # let the general path raise its precise error
+        return np.frombuffer(mv, known, count, pos)
+
+    return dec_1d
 
 
 # -- images -------------------------------------------------------------------------------------

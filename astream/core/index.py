@@ -140,6 +140,40 @@ class _Checker:
 
 
 def _parse_shard(c: _Checker, obj: Any, where: str) -> ShardEntry:
+    """One validated shard entry: the common fields, then the columns of its format, then the
+    bounds an MDS header puts on the sample count."""
+    fmt, comp, raw, zip_ = _shard_files(c, obj, where)
+    kw: dict[str, Any] = {}
+    if fmt == "mds":
+        names, encs, sizes = _mds_columns(c, obj, where)
+    else:
+        names, encs, sizes = _split_columns(c, obj, where, fmt, comp, kw)
+    if len(set(names)) != len(names):
+        raise c.fail(f"{where}.column_names", "duplicate column names")
+    hashes = c.str_list(obj["hashes"], f"{where}.hashes")
+    samples = c.int_(obj["samples"], f"{where}.samples")
+    if fmt == "mds":
+        _check_mds_bounds(c, where, raw, samples)
+    return ShardEntry(
+        format=fmt,
+        column_encodings=encs,
+        column_names=names,
+        column_sizes=sizes,
+        compression=comp,
+        hashes=hashes,
+        raw_data=raw,
+        zip_data=zip_,
+        samples=samples,
+        size_limit=c.int_(obj["size_limit"], f"{where}.size_limit", optional=True),
+        **kw,
+    )
+
+
+def _shard_files(
+    c: _Checker, obj: Any, where: str
+) -> tuple[str, str | None, FileInfo, FileInfo | None]:
+    """(format, compression, raw_data, zip_data) of a shard entry, after checking its exact key
+    set for the format and its version: what every format has in common."""
     if not isinstance(obj, dict):
         raise c.fail(where, "expected an object")
     fmt = obj.get("format")
@@ -161,78 +195,76 @@ def _parse_shard(c: _Checker, obj: Any, where: str) -> ShardEntry:
     if (comp is None) != (zip_ is None):
         raise c.fail(f"{where}.zip_data", "must be set exactly when compression is set")
     assert raw is not None
-    kw: dict[str, Any] = {}
-    names: list[str] = []
-    encs: list[str] = []
+    return fmt, comp, raw, zip_
+
+
+def _mds_columns(
+    c: _Checker, obj: dict[str, Any], where: str
+) -> tuple[list[str], list[str], list[int | None]]:
+    """(names, encodings, sizes) of an MDS shard: every encoding known, every size the one its
+    encoding fixes (None for variable-size ones)."""
+    names = c.str_list(obj["column_names"], f"{where}.column_names")
+    encs = c.str_list(obj["column_encodings"], f"{where}.column_encodings")
+    raw_sizes = obj["column_sizes"]
+    if not isinstance(raw_sizes, list) or not len(names) == len(encs) == len(raw_sizes):
+        raise c.fail(where, "column_names, column_encodings, column_sizes differ in length")
     sizes: list[int | None] = []
-    if fmt == "mds":
+    for i, enc in enumerate(encs):
+        try:
+            coder = get_coder(enc)
+        except ConfigError as exc:
+            raise c.fail(f"{where}.column_encodings[{i}]", str(exc)) from None
+        size = c.int_(raw_sizes[i], f"{where}.column_sizes[{i}]", optional=True)
+        if size != coder.size:
+            raise c.fail(f"{where}.column_sizes[{i}]", f"{size!r} != {enc!r} size {coder.size}")
+        sizes.append(size)
+    return names, encs, sizes
+
+
+def _split_columns(
+    c: _Checker, obj: dict[str, Any], where: str, fmt: str, comp: str | None, kw: dict[str, Any]
+) -> tuple[list[str], list[str], list[int | None]]:
+    """(names, encodings, sizes) of a split-format shard (json, csv, tsv, xsv); its meta files,
+    newline, separator and JSON columns go into ``kw``, the extra ShardEntry fields."""
+    kw["raw_meta"] = c.file_info(obj["raw_meta"], f"{where}.raw_meta")
+    kw["zip_meta"] = c.file_info(obj["zip_meta"], f"{where}.zip_meta", optional=True)
+    if (comp is None) != (kw["zip_meta"] is None):
+        raise c.fail(f"{where}.zip_meta", "must be set exactly when compression is set")
+    kw["newline"] = c.str_(obj["newline"], f"{where}.newline")
+    if fmt == "json":
+        cols = obj["columns"]
+        if not isinstance(cols, dict):
+            raise c.fail(f"{where}.columns", "expected an object")
+        kw["columns"] = dict(cols)
+        names = sorted(cols)
+        encs = [cols[n] for n in names]
+    else:
         names = c.str_list(obj["column_names"], f"{where}.column_names")
         encs = c.str_list(obj["column_encodings"], f"{where}.column_encodings")
-        raw_sizes = obj["column_sizes"]
-        if not isinstance(raw_sizes, list) or not len(names) == len(encs) == len(raw_sizes):
-            raise c.fail(where, "column_names, column_encodings, column_sizes differ in length")
-        for i, enc in enumerate(encs):
-            try:
-                coder = get_coder(enc)
-            except ConfigError as exc:
-                raise c.fail(f"{where}.column_encodings[{i}]", str(exc)) from None
-            size = c.int_(raw_sizes[i], f"{where}.column_sizes[{i}]", optional=True)
-            if size != coder.size:
-                raise c.fail(f"{where}.column_sizes[{i}]", f"{size!r} != {enc!r} size {coder.size}")
-            sizes.append(size)
-    else:
-        kw["raw_meta"] = c.file_info(obj["raw_meta"], f"{where}.raw_meta")
-        kw["zip_meta"] = c.file_info(obj["zip_meta"], f"{where}.zip_meta", optional=True)
-        if (comp is None) != (kw["zip_meta"] is None):
-            raise c.fail(f"{where}.zip_meta", "must be set exactly when compression is set")
-        kw["newline"] = c.str_(obj["newline"], f"{where}.newline")
-        if fmt == "json":
-            cols = obj["columns"]
-            if not isinstance(cols, dict):
-                raise c.fail(f"{where}.columns", "expected an object")
-            kw["columns"] = dict(cols)
-            names = sorted(cols)
-            encs = [cols[n] for n in names]
-        else:
-            names = c.str_list(obj["column_names"], f"{where}.column_names")
-            encs = c.str_list(obj["column_encodings"], f"{where}.column_encodings")
-            if len(names) != len(encs):
-                raise c.fail(where, "column_names and column_encodings differ in length")
-            sep = {"csv": ",", "tsv": "\t"}.get(fmt)
-            sep = sep or c.str_(obj["separator"], f"{where}.separator")
-            if not sep:
-                raise c.fail(f"{where}.separator", "must not be empty")
-            kw["separator"] = obj["separator"] if fmt == "xsv" else None
-        for i, enc in enumerate(encs):
-            if enc not in SPLIT_ENCODINGS:
-                raise c.fail(f"{where}.column_encodings[{i}]", f"unknown {fmt} encoding {enc!r}")
-        sizes = [None] * len(names)
-    if len(set(names)) != len(names):
-        raise c.fail(f"{where}.column_names", "duplicate column names")
-    hashes = c.str_list(obj["hashes"], f"{where}.hashes")
-    samples = c.int_(obj["samples"], f"{where}.samples")
-    if fmt == "mds":  # u32 offsets bound the file; the header bounds the count (no huge allocs)
-        if raw.bytes >= 1 << 32:
-            raise c.fail(f"{where}.raw_data.bytes", f"{raw.bytes} is not below 2**32 (u32 offsets)")
-        if 8 + 4 * samples > raw.bytes:
-            raise c.fail(
-                f"{where}.samples",
-                f"{samples} samples need a {8 + 4 * samples}-byte header, raw_data.bytes is "
-                f"{raw.bytes}",
-            )
-    return ShardEntry(
-        format=fmt,
-        column_encodings=encs,
-        column_names=names,
-        column_sizes=sizes,
-        compression=comp,
-        hashes=hashes,
-        raw_data=raw,
-        zip_data=zip_,
-        samples=samples,
-        size_limit=c.int_(obj["size_limit"], f"{where}.size_limit", optional=True),
-        **kw,
-    )
+        if len(names) != len(encs):
+            raise c.fail(where, "column_names and column_encodings differ in length")
+        sep = {"csv": ",", "tsv": "\t"}.get(fmt)
+        sep = sep or c.str_(obj["separator"], f"{where}.separator")
+        if not sep:
+            raise c.fail(f"{where}.separator", "must not be empty")
+        kw["separator"] = obj["separator"] if fmt == "xsv" else None
+    for i, enc in enumerate(encs):
+        if enc not in SPLIT_ENCODINGS:
+            raise c.fail(f"{where}.column_encodings[{i}]", f"unknown {fmt} encoding {enc!r}")
+    return names, encs, [None] * len(names)
+
+
+def _check_mds_bounds(c: _Checker, where: str, raw: FileInfo, samples: int) -> None:
+    """u32 offsets bound the file; the header bounds the sample count, so a hostile count cannot
+    make a reader allocate a huge offset table."""
+    if raw.bytes >= 1 << 32:
+        raise c.fail(f"{where}.raw_data.bytes", f"{raw.bytes} is not below 2**32 (u32 offsets)")
+    if 8 + 4 * samples > raw.bytes:
+        raise c.fail(
+            f"{where}.samples",
+            f"{samples} samples need a {8 + 4 * samples}-byte header, raw_data.bytes is "
+            f"{raw.bytes}",
+        )
 
 
 def parse_index(data: bytes, source: str) -> Index:

@@ -213,6 +213,90 @@ _INT_CODES: dict[str, tuple[str, Any]] = {
 }
 
 
+def _preamble(
+    cols: list[tuple[str, str, int | None]], nvar: int, ns: dict[str, Any], short: Any
+) -> tuple[list[str], int, str]:
+    """The generated decoder up to its ``try:``: one struct unpack of the u32 lengths and the
+    leading integer columns (they sit at constant offsets right after the lengths), then the
+    check that the lengths add up to the sample. Returns (lines, how many leading integer
+    columns were read, the offset expression of the first column after them)."""
+    fixed = 4 * nvar + sum(c[2] for c in cols if c[2] is not None)
+    lines = ["def decode(mv):"]
+    lv = [f"l{i}" for i in range(nvar)]
+    head = 0
+    while head < len(cols) and cols[head][1] in _INT_CODES:
+        head += 1
+    fmt = "<" + "I" * nvar + "".join(_INT_CODES[cols[i][1]][0] for i in range(head))
+    ns["_head"] = struct.Struct(fmt).unpack_from
+    got = [*lv, *(f"h{i}" for i in range(head))]
+    if got:
+        # a sample shorter than the part read at once is refused before that read
+        ns["_short"] = short
+        lines.append(f"    if len(mv) < {struct.calcsize(fmt)}:")
+        lines.append(f"        _short(mv, {struct.calcsize(fmt)})")
+        lines.append(f"    {', '.join(got)}, = _head(mv, 0)")
+    total = " + ".join([str(fixed), *lv])
+    lines.append(f"    if len(mv) != {total}:")
+    lines.append(f"        _fail(mv, {total}, None, None)")
+    lines.append("    try:")
+    return lines, head, str(struct.calcsize(fmt))
+
+
+def _head_value(i: int, enc: str, ns: dict[str, Any]) -> str:
+    """The line giving leading integer column ``i`` its value from the preamble's unpack."""
+    scalar = _INT_CODES[enc][1]
+    if scalar is None:
+        return f"        v{i} = h{i}"
+    ns[f"t{i}"] = scalar
+    return f"        v{i} = t{i}(h{i})"
+
+
+def _column_lines(
+    i: int, enc: str, size: int | None, pos: str, n: str, ns: dict[str, Any], lines: list[str]
+) -> str:
+    """Append the lines decoding column ``i`` (at offset expression ``pos``, ``n`` bytes long)
+    and return the offset expression of the next column."""
+    at = _fixed_reader(enc, size) if size is not None else None
+    if at is not None:
+        ns[f"f{i}"] = at
+        lines.append(f"        v{i} = f{i}(mv, {pos})")
+        return f"({pos} + {size})"
+    ns[f"f{i}"] = get_coder(enc).decode
+    lines.append(f"        p = {pos}")
+    dt = _one_dim(enc) if size is None else None
+    if dt is None:
+        lines.append(f"        v{i} = f{i}(mv[p : p + {n}])")
+    else:
+        lines += _in_place_1d(i, n, dt, ns)
+    return f"(p + {n})"
+
+
+def _in_place_1d(i: int, n: str, dt: np.dtype[Any], ns: dict[str, Any]) -> list[str]:
+    """Lines reading a 1-D ``ndarray:DTYPE`` value in place: its shape byte says ndim 1 and a
+    u8/u16/u32 count that fills the value; anything else (and every error) goes through the
+    coder, which raises what it always raised."""
+    ns[f"d{i}"] = dt
+    ns["_fb"], ns["_u16"], ns["_u32"] = np.frombuffer, _AT16, _AT32
+    return [
+        f"        b = mv[p] if {n} >= 6 else 0",  # reads stay inside the value
+        "        if b == 5:",
+        "            (k,) = _u16(mv, p + 1)",
+        "            q = p + 3",
+        "        elif b == 4:",
+        "            k = mv[p + 1]",
+        "            q = p + 2",
+        "        elif b == 6:",
+        "            (k,) = _u32(mv, p + 1)",
+        "            q = p + 5",
+        "        else:",
+        "            k = q = 0",
+        f"        if k and k * {dt.itemsize} == {n} - (q - p):",
+        f"            v{i} = _fb(mv, d{i}, k, q)",
+        "        else:",
+        f"            v{i} = f{i}(mv[p : p + {n}])",
+    ]
+
+
 class SampleDecoder:
     """Decode MDS samples of one shard layout into dicts; cache one per shard entry.
 
@@ -239,79 +323,18 @@ class SampleDecoder:
         cols = list(zip(entry.column_names, entry.column_encodings, entry.column_sizes))
         nvar = sum(1 for c in cols if c[2] is None)
         ns: dict[str, Any] = {"_fail": self._fail, "_lens": struct.Struct(f"<{nvar}I").unpack_from}
-        fixed = 4 * nvar + sum(c[2] for c in cols if c[2] is not None)
-        lines = ["def decode(mv):"]
+        lines, head, pos = _preamble(cols, nvar, ns, self._short)
         lv = [f"l{i}" for i in range(nvar)]
-        # The leading integer columns sit at constant offsets right after the u32 lengths:
-        # one struct unpack reads the lengths and all of them at once.
-        head = 0
-        while head < len(cols) and cols[head][1] in _INT_CODES:
-            head += 1
-        fmt = "<" + "I" * nvar + "".join(_INT_CODES[cols[i][1]][0] for i in range(head))
-        ns["_head"] = struct.Struct(fmt).unpack_from
-        got = [*lv, *(f"h{i}" for i in range(head))]
-        if got:
-            # a sample shorter than the part read at once is refused before that read
-            ns["_short"] = self._short
-            lines.append(f"    if len(mv) < {struct.calcsize(fmt)}:")
-            lines.append(f"        _short(mv, {struct.calcsize(fmt)})")
-            lines.append(f"    {', '.join(got)}, = _head(mv, 0)")
-        total = " + ".join([str(fixed), *lv])
-        lines.append(f"    if len(mv) != {total}:")
-        lines.append(f"        _fail(mv, {total}, None, None)")
-        lines.append("    try:")
-        pos = str(struct.calcsize(fmt))
         vi = 0
         for i, (name, enc, size) in enumerate(cols):
             ns[f"k{i}"] = name
             lines.append(f"        c = {i}")
             if i < head:
-                scalar = _INT_CODES[enc][1]
-                if scalar is None:
-                    lines.append(f"        v{i} = h{i}")
-                else:
-                    ns[f"t{i}"] = scalar
-                    lines.append(f"        v{i} = t{i}(h{i})")
+                lines.append(_head_value(i, enc, ns))
                 continue
-            at = _fixed_reader(enc, size) if size is not None else None
-            if at is not None:
-                assert size is not None
-                ns[f"f{i}"] = at
-                lines.append(f"        v{i} = f{i}(mv, {pos})")
-                pos = f"({pos} + {size})"
-            else:
-                ns[f"f{i}"] = get_coder(enc).decode
-                n = str(size) if size is not None else lv[vi]
-                vi += size is None
-                lines.append(f"        p = {pos}")
-                dt = _one_dim(enc) if size is None else None
-                if dt is None:
-                    lines.append(f"        v{i} = f{i}(mv[p : p + {n}])")
-                else:
-                    # a 1-D ``ndarray:DTYPE`` value read in place: its shape byte says ndim 1
-                    # and a u8/u16/u32 count that fills the value; anything else (and every
-                    # error) goes through the coder, which raises what it always raised
-                    ns[f"d{i}"] = dt
-                    ns["_fb"], ns["_u16"], ns["_u32"] = np.frombuffer, _AT16, _AT32
-                    lines += [
-                        f"        b = mv[p] if {n} >= 6 else 0",  # reads stay inside the value
-                        "        if b == 5:",
-                        "            (k,) = _u16(mv, p + 1)",
-                        "            q = p + 3",
-                        "        elif b == 4:",
-                        "            k = mv[p + 1]",
-                        "            q = p + 2",
-                        "        elif b == 6:",
-                        "            (k,) = _u32(mv, p + 1)",
-                        "            q = p + 5",
-                        "        else:",
-                        "            k = q = 0",
-                        f"        if k and k * {dt.itemsize} == {n} - (q - p):",
-                        f"            v{i} = _fb(mv, d{i}, k, q)",
-                        "        else:",
-                        f"            v{i} = f{i}(mv[p : p + {n}])",
-                    ]
-                pos = f"(p + {n})"
+            n = str(size) if size is not None else lv[vi]
+            vi += size is None
+            pos = _column_lines(i, enc, size, pos, n, ns, lines)
         lines.append("    except Exception as exc:")
         lines.append("        _fail(mv, None, c, exc)")
         items = ", ".join(f"k{i}: v{i}" for i in range(len(cols)))
