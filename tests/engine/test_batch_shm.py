@@ -111,8 +111,8 @@ first = next(it)
 pids = [w.pid for w in it._workers]
 try:
     os.kill(pids[0], signal.SIGKILL)  # torch's SIGCHLD handler may raise at any line after
-    for _ in it:
-        pass
+    for batch in it:
+        del batch  # a batch still named here would keep its slot mapped, rightly
 except RuntimeError as exc:
     print("raised", "worker" in str(exc), repr(exc)[:200])
 del it, ld, ds
