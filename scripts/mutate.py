@@ -125,7 +125,7 @@ def _configure(work: Path, module: str, tests: list[str]) -> None:
     toml.write_text(text)
 
 
-def run_module(module: str, rev: str | None) -> dict[str, str]:
+def run_module(module: str, rev: str | None, children: int) -> dict[str, str]:
     if module not in TARGETS:
         raise SystemExit(
             f"mutate: {module!r} is not in TARGETS (scripts/mutate.py): {sorted(TARGETS)}"
@@ -140,7 +140,7 @@ def run_module(module: str, rev: str | None) -> dict[str, str]:
         os.environ, PYTHONDONTWRITEBYTECODE="1", PATH=tools + os.pathsep + os.environ["PATH"]
     )
     r = subprocess.run(
-        [str(mutmut), "run", "--max-children", str(os.cpu_count() or 2)], cwd=work, env=env
+        [str(mutmut), "run", "--max-children", str(children)], cwd=work, env=env
     )
     if r.returncode != 0:
         raise SystemExit(f"mutate: mutmut run failed for {module} (exit {r.returncode})")
@@ -252,12 +252,20 @@ def main() -> None:
     ap.add_argument("--all", action="store_true", help="every module in TARGETS")
     ap.add_argument("--report", action="store_true", help="only print the table")
     ap.add_argument("--rev", help="mutate the tree of this commit (default: the working tree)")
+    ap.add_argument(
+        "--children",
+        type=int,
+        default=os.cpu_count() or 2,
+        help="test processes at once (default: one per core; 1 beside other work)",
+    )
     a = ap.parse_args()
+    if a.children < 1:
+        ap.error(f"--children must be at least 1, got {a.children}")
     modules = sorted(TARGETS) if a.all else a.modules
     if not modules and not a.report:
         ap.error("name at least one module, or --all / --report")
     for module in modules:
-        run_module(module, a.rev)
+        run_module(module, a.rev, a.children)
     rows = report()
     write_readme(rows)
     print(f"{'module':40} {'mutants':>8} {'killed':>7} {'equiv':>6} {'survived':>9} {'score':>6}")
