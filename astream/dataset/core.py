@@ -56,6 +56,7 @@ from astream.runtime.config import DatasetConfig, check_dataset
 from astream.runtime.engine import Engine
 from astream.runtime.placement import dataloader_worker as _worker
 from astream.runtime.placement import detect
+from astream.runtime.range_costs import check_memory
 from astream.runtime.resolve import resolve_steps
 from astream.shared import StaleIteration
 
@@ -100,6 +101,7 @@ def _check_arguments(kw: dict[str, Any]) -> None:
     # 2**20 the plan of those batches alone would be larger than any epoch astream reads
     if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first <= 1 << 20:
         raise ConfigError(f"range_first_batches must be an int in 0..{1 << 20}, got {first!r}")
+    check_memory(kw["random_memory"])
     transform = kw["transform"]
     if transform is not None and not callable(transform):
         raise ConfigError(f"transform must be a callable, got {type(transform).__name__}")
@@ -150,6 +152,16 @@ def _check_hash_paths(catalog: Catalog) -> None:
                 )
 
 
+class CpuStep:
+    """A step of ``_build`` that computes without I/O: the plain constructor calls it, the
+    async ``open`` runs it in a thread so the caller's loop stays free."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Callable[[], Any]) -> None:
+        self.run = run
+
+
 class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAccess, _Checkpoints):
     """Stream MDS samples from ``remote`` (cached under ``local``) in a planned order.
 
@@ -177,6 +189,8 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
     tokens (docs/batches.md).
     ``format`` (``"mds"`` or ``"parquet"``), ``columns``, ``files`` and ``index_source`` are
     ``Stream``'s, for the single stream of ``remote``/``local`` (docs/parquet.md).
+    ``random_memory`` (astream's own): bytes of samples that random access read by range and
+    keeps in memory per process, so a second read costs no request (0 keeps none).
     """
 
     pack: Any = None  # a PackSpec with pack_to (astream.packing.setup; docs/batches.md)
@@ -222,16 +236,19 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
         files: list[str] | None = None,
         index_source: str | None = None,
         range_first_batches: int = 1,
+        random_memory: int = 64 << 20,
     ) -> None:
         kw = dict(locals())
         del kw["self"]
         steps = self._build(kw)
-        load = next(steps)  # the index loads, run on astream's loop thread
-        try:
-            steps.send(_bridge_run(load))
-        except StopIteration:
-            return
-        raise AssertionError("_build yields once")  # pragma: no cover
+        step = next(steps)
+        while True:
+            # the index loads run on astream's loop thread; the checks in this thread
+            got = step.run() if isinstance(step, CpuStep) else _bridge_run(step)
+            try:
+                step = steps.send(got)
+            except StopIteration:
+                return
 
     @classmethod
     def _arguments(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -246,9 +263,10 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
         return args
 
     def _build(self, kw: dict[str, Any]) -> Generator[Any, Any, None]:
-        """The constructor's work, as a generator that yields the one coroutine doing I/O
-        (the index loads) and is sent its result; shared by ``__init__`` and the async
-        ``open`` (:class:`astream.aio.AsyncStreamingDataset`)."""
+        """The constructor's work, as a generator that yields the coroutine doing I/O (the
+        index loads), then a :class:`CpuStep` (the checks), and is sent each one's result;
+        shared by ``__init__`` and the async ``open``
+        (:class:`astream.aio.AsyncStreamingDataset`)."""
         _check_arguments(kw)
         keep_zip, allow_unsafe_types = kw["keep_zip"], kw["allow_unsafe_types"]
         self.transform = kw["transform"]
@@ -269,7 +287,9 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
         )
         self.streams: list[Any] = resolved_streams
         self.catalog = Catalog(sources)
-        avg = self._check_catalog(allow_unsafe_types)
+        # the checks plan epoch 0 (seconds of CPU at ten million samples): ``open`` runs them
+        # off the caller's event loop
+        avg = yield CpuStep(lambda: self._check_catalog(allow_unsafe_types))
         ahead = cfg.predownload if cfg.predownload is not None else max(8 * cfg.batch_or_1, avg)
         self.engine = Engine(
             self.catalog,
@@ -282,6 +302,7 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
             ahead_fixed=cfg.predownload is not None,
             cache_policy=kw["cache_policy"],
             range_first_batches=kw["range_first_batches"],
+            random_memory=kw["random_memory"],
         )
         self._epochs = _Epochs()
         self._current: tuple[int, int] = (0, 0)  # (epoch, start) of this process's iteration

@@ -13,8 +13,8 @@ The engine is its concerns put together, each a mixin over those parts:
   (``runtime/iterate.py``), and the next-use tracker of its evictions (``runtime/tracker.py``);
 - the range-read policy and its I/O: the first batches of a cold iteration read by ranges
   while whole shards download (``runtime/ranges.py``);
-- random access, by ranges with rent-or-buy promotion to a whole-shard download
-  (``runtime/random_access.py``);
+- random access, by ranges kept in a bounded memory tier, with rent-or-buy promotion (in
+  time) to a whole-shard download (``runtime/random_access.py``);
 - the first batches of a loader's workers: read by the main process and handed over, and the
   whole shards of earlier workers' first batches announced first (``runtime/lead.py``).
 
@@ -31,6 +31,7 @@ from astream.core.eviction import check_policy
 from astream.runtime.catalog import Catalog
 from astream.runtime.iterate import Iteration
 from astream.runtime.random_access import RandomAccess
+from astream.runtime.range_costs import DEFAULT_MEMORY
 from astream.runtime.stores import StorePool
 from astream.runtime.versions import Board
 
@@ -52,6 +53,7 @@ class Engine(Iteration, RandomAccess):
         cache_policy: str = "next_use",
         range_first_batches: int = 1,
         ahead_fixed: bool = False,
+        random_memory: int = DEFAULT_MEMORY,
     ) -> None:
         self.catalog = catalog
         self.stores = stores
@@ -73,6 +75,7 @@ class Engine(Iteration, RandomAccess):
         # a batch reads MDS samples by ranges only when those ranges are estimated at most
         # this share of the shards' bytes (see _ranges_pay)
         self.range_share = 0.25
+        self.random_memory = random_memory  # see range_costs.SampleMemo
         self._follow = None  # the next iteration's place in the node
         # the pipes of a loader's workers' first batches, while they start (runtime/lead.py)
         self._lead = None

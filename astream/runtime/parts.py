@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
 from astream.runtime.fetch import ShardFetcher
+from astream.runtime.range_costs import SampleMemo, StoreCosts
 from astream.runtime.reader import ShardOpener
 from astream.runtime.stats import Stats
 from astream.runtime.stores import StorePool
@@ -56,8 +57,14 @@ class ProcessParts:
     random: ShardOpener  # the opener of random access (``get``/``aget``)
     # shard -> its sample offsets, read by range (``aget_range``)
     headers: dict[int, Sequence[int]] = field(default_factory=dict)
-    # shard -> bytes spent on ranges since its last promotion (``_maybe_promote``)
-    range_bytes: dict[int, int] = field(default_factory=dict)
+    # shard -> seconds spent on ranged reads since its last promotion (``_maybe_promote``)
+    range_rent: dict[int, float] = field(default_factory=dict)
+    # shard -> (rent, price) in seconds when random access last decided to buy it
+    bought: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # a remote root -> its request latency and download bandwidth, as measured here
+    costs: dict[str, StoreCosts] = field(default_factory=dict)
+    # the samples random access read by range, kept (``random_memory`` bytes at most)
+    memo: SampleMemo = field(default_factory=SampleMemo)
     # shard -> its whole-shard fetch started by a promotion, while it runs
     promoting: dict[int, asyncio.Task[bool]] = field(default_factory=dict)
     # a cached file's raw path -> its shard (``next_use`` evictions); filled on first use
@@ -85,6 +92,7 @@ class EngineBase:
     range_min_bytes: int
     page_share: float
     range_share: float
+    random_memory: int  # bytes of range-read samples random access keeps (SampleMemo)
     board: Board
     # the pipes of a loader's workers' first batches, while they start (runtime/lead.py)
     _lead: LeadEnds | None
@@ -122,7 +130,7 @@ class EngineBase:
                 board=self.board,
             )
             opener = self._opener(space, stats, fetcher.versions)
-            parts = ProcessParts(stats, space, fetcher, opener)
+            parts = ProcessParts(stats, space, fetcher, opener, memo=SampleMemo(self.random_memory))
             self._local = parts
             self._pid = os.getpid()
         return parts

@@ -1,29 +1,44 @@
-"""Random access to one sample (``get``/``aget``): read from the cache, by ranges, or from its
-shard fetched whole.
+"""Random access to one sample (``get``/``aget``): read from the cache, from memory, by
+ranges, or from its shard fetched whole.
 
 Theory of operation
 -------------------
 A shard already in the cache is read from the map; an uncompressed shard that is not is read
 with two ranged GETs -- its header (then remembered) and exactly the sample's bytes -- so one
-sample never costs a shard download. Promotion to a whole-shard fetch is rent-or-buy, by
-bytes: the bytes spent on ranges in one shard (headers and samples) are counted, and once they
-reach the shard's size the shard is fetched whole in the background; reads of that shard then
-wait for that fetch and are local. Whatever the access pattern, the bytes moved for a shard are
-then at most twice those of the better of the two pure strategies (ranges only, or the shard at
-the first read), and sparse random access -- a few samples of each big shard -- never downloads
-a shard. A compressed shard is fetched whole through the cache, since its samples cannot be
-addressed inside the compressed bytes. So is every shard of a stream read with
-``validate_hash``: its hash covers the whole file, so random access returns a sample only from
-a shard whose whole bytes matched the index (``_sample_rangeable``).
+sample never costs a shard download. The sample's bytes are then kept in a bounded memory tier
+(``SampleMemo``, ``random_memory`` bytes, least recently used out first), so reading it again
+costs no request and counts toward nothing.
+
+Promotion to a whole-shard fetch is rent-or-buy, in time: a ranged GET costs mostly its
+latency, a download mostly its bytes. The measured seconds of the ranged reads of one shard
+(its header's and its samples', never a memory hit) are its rent; its price is one request's
+latency plus its bytes at the bandwidth of a whole-shard download, both running estimates per
+store (``range_costs.StoreCosts``: learned from every ranged read and every download, seeded
+before any). Once the rent reaches the price the shard is fetched whole in the background;
+reads of that shard then wait for that fetch and are local. The time spent on a shard is then
+at most about twice that of the better of the two pure strategies (ranges only, or the shard
+at the first read), as far as the estimates are right, and sparse random access -- a few
+samples of each big shard -- never downloads a shard whose download costs more than its
+reads. A Parquet row group read by its pages is promoted by bytes instead (its pages' bytes
+against its size): a row's pages are several concurrent GETs whose latencies overlap, and
+decoded rows are not kept in memory. A split shard's price counts two requests (its meta
+file and its data file). A compressed shard is fetched whole through the cache, since its
+samples cannot be addressed inside the compressed bytes. So is every shard of a stream read
+with ``validate_hash``: its hash covers the whole file, so random access returns a sample only
+from a shard whose whole bytes matched the index (``_sample_rangeable``); nothing of such a
+shard is ever read by range or kept in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from astream import bridge
+from astream.runtime.fetch import is_complete
 from astream.runtime.parts import ProcessParts
+from astream.runtime.range_costs import StoreCosts
 from astream.runtime.ranges import _RANGE_GETS, RangeReads
 
 __all__ = ["RandomAccess"]
@@ -41,12 +56,13 @@ class RandomAccess(RangeReads):
             self.stats.samples += 1
             return h.sample(li)
         if self._sample_rangeable(s):
-            return bridge.run(self.aget_range(s, li))
+            kept = self._remembered(s, li)  # without a trip to the loop thread
+            return kept if kept is not None else bridge.run(self.aget_range(s, li))
         if self.catalog.entries[s].format == "parquet" and self._rangeable(s):
             got = bridge.run(self.aget_pages(s, li))
             if got is not None:
                 return got
-        h = opener.open(s, lambda s: bridge.run(self.download(s, True)))
+        h = opener.open(s, lambda s: bridge.run(self._fetch_whole(s, True)))
         self.stats.samples += 1
         return h.sample(li)
 
@@ -61,7 +77,7 @@ class RandomAccess(RangeReads):
                 got = await self.aget_pages(s, li)
                 if got is not None:
                     return got
-            await self.download(s, True)
+            await self._fetch_whole(s, True)
             h = opener.try_open(s)
             if h is None:
                 return await self.aget(i)
@@ -82,30 +98,56 @@ class RandomAccess(RangeReads):
             and (shard.validate_hash or self.validate_hash) is None
         )
 
+    def _remembered(self, s: int, li: int) -> dict[str, Any] | None:
+        """Sample ``li`` of ``s`` decoded from the memory tier; None if it is not kept."""
+        parts = self._parts()
+        data = parts.memo.get(s, li)
+        if data is None:
+            return None
+        parts.stats.samples += 1
+        return parts.random.decoder(s).decode(memoryview(data))
+
     async def aget_range(self, s: int, li: int) -> dict[str, Any]:
+        kept = self._remembered(s, li)
+        if kept is not None:
+            return kept
         parts = self._parts()
         stats = parts.stats
-        opener = parts.random
         local = await self._promoted(parts, s, li)
         if local is not None:
             return local
         shard = self.catalog.shards[s]
         assert shard.remote is not None
         store = self.stores.get(shard.remote)
+        costs = self._costs(parts, shard.remote)
+        t0 = time.perf_counter()
         offsets, spent = await self._range_offsets(parts, s)
+        t1 = time.perf_counter()
+        rent = 0.0
+        if spent:  # this call read the header: its time is rent too
+            costs.ranged(spent, t1 - t0)
+            rent = t1 - t0
         a, b = offsets[li], offsets[li + 1]
         versions = parts.fetcher.versions
         data = await versions.read(store, shard.remote, shard.raw_key, a, b, shard.etag)
+        took = time.perf_counter() - t1
         stats.range_requests += 1
         stats.add_bytes(shard.remote, len(data))
-        self._maybe_promote(parts, s, spent + len(data))
+        costs.ranged(len(data), took)
+        out = parts.random.decoder(s).decode(memoryview(data))  # a short range raises here
+        parts.memo.put(s, li, data)
+        size = self.catalog.entries[s].raw_data.bytes
+        price = costs.price(size, 1 if shard.meta is None else 2)
+        self._maybe_promote(parts, s, rent + took, price)
         stats.samples += 1
-        return opener.decoder(s).decode(memoryview(data))
+        return out
 
     async def aget_pages(self, s: int, li: int) -> dict[str, Any] | None:
         """Row ``li`` of Parquet row group ``s`` read by its pages (the file's offset indexes
         kept per process); None when it is not to be read so (the caller reads the group
-        whole). The bytes are counted toward the group's promotion, as for MDS ranges."""
+        whole). The bytes of its pages are counted toward the group's promotion, which
+        happens once they reach the group's size (rows decoded from pages are not kept in the
+        memory tier)."""
         parts = self._parts()
         local = await self._promoted(parts, s, li)
         if local is not None:
@@ -118,7 +160,8 @@ class RandomAccess(RangeReads):
             return None
         span = index_span(self.catalog.entries[s])  # type: ignore[arg-type]
         spent = sum(len(v) for k, v in got[s][0].items() if k != span)  # the pages only
-        self._maybe_promote(parts, s, spent)
+        # in bytes: a row's pages are several concurrent GETs, whose latencies overlap
+        self._maybe_promote(parts, s, spent, float(self.catalog.entries[s].raw_data.bytes))
         parts.stats.samples += 1
         out: dict[str, Any] = r.sample(li)
         return out
@@ -141,23 +184,51 @@ class RandomAccess(RangeReads):
         parts.stats.samples += 1
         return h.sample(li)
 
-    def _maybe_promote(self, parts: ProcessParts, s: int, nbytes: int) -> None:
-        """Count ``nbytes`` more spent on ranges in shard ``s``; when the total reaches the
-        shard's size, fetch it whole in the background (only if the cache has room without
-        evicting anything pinned). Rent-or-buy: ranges cost what they move, a download the
-        shard's size, so buying when the rent paid equals the price bounds the total at twice
-        the better choice made in hindsight. A promotion that could not make room starts the
-        count again."""
-        spent = parts.range_bytes
-        total = spent.get(s, 0) + nbytes
-        spent[s] = total
+    def _maybe_promote(self, parts: ProcessParts, s: int, cost: float, price: float) -> None:
+        """Count ``cost`` more spent on ranged reads of shard ``s``; when that rent reaches
+        ``price``, fetch it whole in the background (only if the cache has room without
+        evicting anything pinned). For an MDS shard both are seconds: its reads' measured time
+        against its download's estimated time (``StoreCosts.price``); for a Parquet row group,
+        bytes. Buying when the rent paid equals the price bounds the total at twice the better
+        choice made in hindsight. A promotion that could not make room starts the count
+        again."""
+        rent = parts.range_rent
+        total = rent.get(s, 0.0) + cost
+        rent[s] = total
         promoting = parts.promoting
-        if total < self.catalog.entries[s].raw_data.bytes or s in promoting:
+        if total < price or s in promoting:
             return
-        spent[s] = 0
-        task = asyncio.get_running_loop().create_task(self.download(s, False))
+        rent[s] = 0.0
+        parts.bought[s] = (total, price)
+        task = asyncio.get_running_loop().create_task(self._fetch_whole(s, False))
         promoting[s] = task
         task.add_done_callback(_forget_promotion(promoting, s))
+
+    async def _fetch_whole(self, s: int, block: bool) -> bool:
+        """:meth:`download` shard ``s``, its time teaching its store's bandwidth when this
+        call moved its bytes; once it is in the cache its samples leave the memory tier."""
+        shard = self.catalog.shards[s]
+        files = shard.files
+        if shard.remote is None or is_complete(files.raw_path, files.raw_size):
+            return await self.download(s, block)
+        parts = self._parts()
+        fetched = parts.stats.shards_fetched
+        t0 = time.perf_counter()
+        ok = await self.download(s, block)
+        took = time.perf_counter() - t0
+        if ok and parts.stats.shards_fetched > fetched and shard.meta is None:
+            moved = files.zip_size if shard.compression is not None else files.raw_size
+            self._costs(parts, shard.remote).whole(moved or 0, took)
+        if ok:
+            parts.memo.drop_shard(s)
+        return ok
+
+    @staticmethod
+    def _costs(parts: ProcessParts, remote: str) -> StoreCosts:
+        costs = parts.costs.get(remote)
+        if costs is None:
+            costs = parts.costs[remote] = StoreCosts()
+        return costs
 
 
 def _forget_promotion(promoting: dict[int, asyncio.Task[bool]], s: int) -> Any:

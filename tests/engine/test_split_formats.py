@@ -26,6 +26,7 @@ import split_specs as ss  # noqa: E402
 from astream import StreamingDataLoader, StreamingDataset  # noqa: E402
 from astream.core.index import parse_index  # noqa: E402
 from astream.errors import FormatError, IntegrityError, ObjectNotFoundError  # noqa: E402
+from astream.runtime.range_costs import StoreCosts  # noqa: E402
 from astream.storage.sync import upload  # noqa: E402
 
 FIXTURES: dict[str, tuple[Path, list[dict[str, Any]]]] = {
@@ -151,14 +152,21 @@ def test_s3_random_access_reads_meta_header_and_one_line(
 ) -> None:
     name = "xsv_pipe"  # uncompressed: samples are addressable inside the remote data file
     rows = FIXTURES[name][1]
-    proxy = make_proxy(s3_server.url)
+    proxy = make_proxy(s3_server.url, bandwidth=2_000)  # bytes/s: a whole shard costs ~0.5 s
     local = tmp_path / "c"
     ds = StreamingDataset(remote=s3_split[name], local=str(local), batch_size=4,
                           storage_options={"endpoint_url": proxy.url})  # fmt: skip
-    proxy.reset_stats()
     i = len(rows) - 3
     s, li = ds.catalog.locate_one(i)
     entry = ds.shards[s]
+    # the store as already measured at the proxy's bandwidth: the shard whole then costs far
+    # more than the three ranged reads below, so the rent-or-buy rule never buys it here (the
+    # rule itself: tests/engine/test_random_promotion.py)
+    costs = StoreCosts()
+    costs.latency, costs.bandwidth = 0.001, 2_000.0
+    costs._latency_seen = costs._bandwidth_seen = True
+    ds.engine._parts().costs[ds.catalog.shards[s].remote] = costs
+    proxy.reset_stats()
     assert ds[i] == rows[i]
     # two GETs: the meta file's header (count + offsets), then exactly the sample's line
     assert proxy.stats.total_requests == 2
@@ -166,9 +174,12 @@ def test_s3_random_access_reads_meta_header_and_one_line(
     assert proxy.stats.total_bytes == 4 * (entry.samples + 2) + line
     assert not (local / entry.raw_data.basename).exists()
     proxy.reset_stats()
+    assert ds[i] == rows[i]  # kept in memory: no request
+    assert proxy.stats.total_requests == 0
     j = i - 1 if li > 0 else i + 1
     assert ds[j] == rows[j]
     assert proxy.stats.total_requests == 1  # the offsets are remembered
+    assert s not in ds.engine._parts().bought
 
 
 def test_meta_evicted_is_fetched_again(s3_split: Any, tmp_path: Path) -> None:
