@@ -14,15 +14,18 @@
 
 ``open`` does the constructor's I/O (index fetch and revalidation, SDK clients) on the calling
 loop, cancellable, bounded by ``download_timeout`` x ``download_retry``; the plain constructor
-does the same I/O blocking, on astream's I/O thread. ``astream.StreamingDataset`` has the same
-``aiter``/``aget``/``aget_many`` methods. See docs/async.md for what runs where.
+does the same I/O blocking, on astream's I/O thread. The checks that plan epoch 0 run in a
+thread during ``open``, so a large dataset never holds the loop. ``astream.StreamingDataset``
+has the same ``aiter``/``aget``/``aget_many`` methods. See docs/async.md for what runs where.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from astream.dataset import StreamingCore
+from astream.dataset.core import CpuStep
 from astream.runtime.stores import close_loop_stores_since, loop_store_keys
 from astream.writer.aio import AsyncMDSWriter
 
@@ -38,15 +41,21 @@ class AsyncStreamingDataset(StreamingCore):
         self = cls.__new__(cls)
         steps = self._build(cls._arguments(kwargs))
         before = loop_store_keys()
-        load = next(steps)
         try:
-            steps.send(await load)
-        except StopIteration:
-            return self
+            step = next(steps)
+            while True:
+                if isinstance(step, CpuStep):
+                    got = await asyncio.to_thread(step.run)  # planning: seconds at 10M samples
+                else:
+                    got = await step
+                try:
+                    step = steps.send(got)
+                except StopIteration:
+                    return self
         except BaseException:
+            steps.close()
             # failed or cancelled: no dataset reaches the caller, so nothing could ever close
             # the connections this open made on the caller's loop (aiohttp would report an
             # unclosed session when the loop goes)
             await close_loop_stores_since(before)
             raise
-        raise AssertionError("_build yields once")  # pragma: no cover

@@ -22,6 +22,7 @@ from astream.errors import ConfigError
 __all__ = ["EpochPlan"]
 
 I64 = NDArray[np.int64]
+_CHUNK_SAMPLES = 4096  # positions turned into ids in one pass by worker_batches
 
 
 class EpochPlan:
@@ -264,7 +265,10 @@ class EpochPlan:
         step = world.workers_per_rank
         mine = range(worker, nb, step)
         _, c = self._deal(world, start)
-        chunk = 64
+        # ids are computed for ~4,096 samples at a time (64 batches of 64): one vectorised pass
+        # per chunk, and never a long one (a chunk of 64 batches of 25,000 samples held the
+        # consumer's event loop for most of a second)
+        chunk = max(1, _CHUNK_SAMPLES // max(1, self.batch_size))
         for lo in range(0, len(mine), chunk):
             parts = self._positions(world, rank, mine[lo : lo + chunk], start, c)
             ids = self.ids_at(np.concatenate(parts))

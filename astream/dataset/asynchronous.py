@@ -128,10 +128,18 @@ class _AsyncAccess:
                     out = [transform(x) for x in out]
                 if batch_size is not None:
                     buf.extend(out)
-                    while len(buf) >= batch_size:
-                        batch, buf = buf[:batch_size], buf[batch_size:]
+                    at, mark = 0, clock()
+                    while len(buf) - at >= batch_size:
+                        # slices by index: re-slicing the rest each time is quadratic in a
+                        # planned batch many times ``batch_size``
+                        batch = buf[at : at + batch_size]
+                        at += batch_size
                         progress[0] += batch_size
                         yield batch if collate is None else collate(batch)
+                        if clock() - mark > SLICE_S:
+                            await asyncio.sleep(0)
+                            mark = clock()
+                    del buf[:at]
                     continue
                 mark = clock()
                 for k, x in enumerate(out, 1):

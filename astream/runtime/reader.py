@@ -110,7 +110,7 @@ def _validated_offsets(path: str, catalog: Catalog, s: int) -> Sequence[int]:
                 # close and the FormatError (not a BufferError) reaches the caller
                 err = exc.with_traceback(None)
             else:
-                offsets = view._offsets  # a tuple (see ShardView): not scanned by the GC
+                offsets = view._offsets  # compact (see ShardView): nothing for the GC to scan
                 view.release()
         if err is not None:
             raise err

@@ -11,57 +11,102 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
-from asyncio import events
+import random
+import subprocess
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from astream import MDSWriter
 from astream.aio import AsyncStreamingDataset
 
+from .loopclock import hot_epoch, longest
+
 BOUND_S = 0.020  # docs/async.md: astream holds the loop at most 20 ms at a time
 
 
-def _write(path: str, n: int) -> None:
-    with MDSWriter(out=path, columns={"x": "int"}, size_limit="4mb") as w:
+def _write(path: str, n: int, size_limit: str = "4mb") -> None:
+    with MDSWriter(out=path, columns={"x": "int"}, size_limit=size_limit) as w:
         for i in range(n):
             w.write({"x": i})
-
-
-def _longest_callback(path: str, n: int) -> float:
-    """The most CPU time one loop callback took over ``open`` and a shuffled hot epoch."""
-    longest = [0.0]
-    run = events.Handle._run
-
-    def timed(self: Any) -> None:
-        start = time.thread_time()
-        try:
-            run(self)
-        finally:
-            longest[0] = max(longest[0], time.thread_time() - start)
-
-    async def main() -> int:
-        # planned batches of 25,000 samples: decoding one takes far longer than the bound, so
-        # only the slicing within a batch keeps each callback short
-        ds = await AsyncStreamingDataset.open(local=path, batch_size=25_000, shuffle=True)
-        got = 0
-        async for batch in ds.aiter(batch_size=64):
-            got += len(batch)
-        ds.state_dict()
-        return got
-
-    events.Handle._run = timed  # type: ignore[method-assign]
-    try:
-        assert asyncio.run(main()) == n
-    finally:
-        events.Handle._run = run  # type: ignore[method-assign]
-    return longest[0]
 
 
 def test_a_hot_epoch_of_200k_samples_holds_the_loop_at_most_20ms(tmp_path: Any) -> None:
     path = str(tmp_path / "ds")
     _write(path, 200_000)
     # a loaded machine slows even CPU time (shared caches): the bound must hold in one of three
-    tries = [_longest_callback(path, 200_000) for _ in range(3)]
+    tries = [longest(hot_epoch(path), 200_000) for _ in range(3)]
+    assert min(tries) < BOUND_S, tries
+
+
+TEN_MILLION = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from tests.engine.loopclock import hot_epoch, longest
+print(longest(hot_epoch(sys.argv[1]), 10_000_000))
+"""
+
+
+@pytest.mark.slow  # ~10 s to write, 20-40 s an epoch
+def test_ten_million_samples_open_and_epoch_hold_the_loop_at_most_20ms(tmp_path: Any) -> None:
+    """At ten million samples: planning epoch 0 (seconds of numpy) runs in a thread during
+    ``open``; the ids of planned batches are computed a few thousand at a time; the shards'
+    offsets are compact arrays, freed at once when the epoch ends.
+
+    Measured in a fresh interpreter, as a training program runs: a full garbage collection
+    scans every object of the process, and pytest's own ~50,000 objects (not astream's) would
+    double its pause here."""
+    path = str(tmp_path / "ds")
+    _write(path, 10_000_000)
+    root = str(Path(__file__).resolve().parents[2])
+
+    def once() -> float:
+        run = subprocess.run(
+            [sys.executable, "-c", TEN_MILLION, path, root],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        return float(run.stdout.split()[-1])
+
+    tries = [once()]
+    while min(tries) >= BOUND_S and len(tries) < 3:  # a loaded machine: the bound holds once
+        tries.append(once())
+    assert min(tries) < BOUND_S, tries
+
+
+def test_a_cold_s3_epoch_random_reads_and_checkpoints_hold_the_loop_at_most_20ms(
+    s3_bucket: str, tmp_path: Any
+) -> None:
+    """Cold: every shard downloaded during the epoch (on astream's I/O thread), with
+    ``aget_many`` of 2,000 random samples and checkpoints along the way."""
+    url = f"{s3_bucket}/loop-{uuid.uuid4().hex[:8]}"
+    _write(url, 200_000, size_limit="256kb")  # 11 shards, fetched during the epoch
+    rng = random.Random(0)
+    picks = [rng.randrange(200_000) for _ in range(2_000)]
+
+    def cold(k: int) -> Callable[[], Awaitable[int]]:
+        async def main() -> int:
+            local = str(tmp_path / f"cache{k}")
+            ds = await AsyncStreamingDataset.open(
+                remote=url, local=local, batch_size=25_000, shuffle=True
+            )
+            got = len(await ds.aget_many(picks))
+            async for batch in ds.aiter(batch_size=64):
+                got += len(batch)
+                if got % (64 * 500) == 0:
+                    ds.state_dict()
+            ds.state_dict()
+            return got
+
+        return main
+
+    tries = [longest(cold(k), 202_000) for k in range(2)]
     assert min(tries) < BOUND_S, tries
 
 
