@@ -10,8 +10,15 @@ both directions, which is how the benchmark measures what each library transferr
 
 Control endpoints live under ``/__bench__/`` (an S3 bucket name cannot contain ``_``):
 ``GET stats`` returns the counters (requests, body bytes, the peak number of requests in
-flight) as JSON, ``POST reset`` zeroes them, ``POST config`` with
-query ``latency_ms`` / ``bandwidth_mbps`` changes the shaping. Run as a process:
+flight, answers with a status of 400 or more) as JSON, ``POST reset`` zeroes them, ``POST config``
+with query ``latency_ms`` / ``bandwidth_mbps`` / ``close`` changes the shaping.
+
+Connections: by default the proxy keeps client connections alive, as a real object store does.
+With ``close=1`` every answer carries ``Connection: close``, as moto's own server does: a client
+then opens a connection per request. The two differ for a client that shares one pooled
+connection between processes (a connection opened before a fork and used by the children):
+under keep-alive their requests and answers interleave on one socket; under ``close`` no
+connection outlives its answer, so nothing is shared. Run as a process:
 ``python -m benchmarks.proxy --upstream http://127.0.0.1:PORT``; it prints ``READY <port>``.
 """
 
@@ -35,6 +42,7 @@ class Proxy:
         self.upstream = upstream.rstrip("/")
         self.latency_ms = latency_ms
         self.bandwidth_mbps = bandwidth_mbps
+        self.close_connections = False  # True: every answer closes its connection
         self.session: aiohttp.ClientSession | None = None
         self._pace_lock = asyncio.Lock()
         self._next_free = 0.0
@@ -45,6 +53,7 @@ class Proxy:
         self.ranged_requests = 0
         self.bytes_out = 0
         self.bytes_in = 0
+        self.error_responses = 0  # answers with status >= 400 (a 412 is a failed If-Match)
         self.in_flight = 0
         self.peak_in_flight = 0  # requests being served at once, at most (since the reset)
 
@@ -54,9 +63,11 @@ class Proxy:
             "ranged_requests": self.ranged_requests,
             "bytes_out": self.bytes_out,
             "bytes_in": self.bytes_in,
+            "error_responses": self.error_responses,
             "peak_in_flight": self.peak_in_flight,
             "latency_ms": self.latency_ms,
             "bandwidth_mbps": self.bandwidth_mbps,
+            "close": float(self.close_connections),
         }
 
     async def _pace(self, nbytes: int) -> None:
@@ -77,6 +88,7 @@ class Proxy:
             q = request.query
             self.latency_ms = float(q.get("latency_ms", self.latency_ms))
             self.bandwidth_mbps = float(q.get("bandwidth_mbps", self.bandwidth_mbps))
+            self.close_connections = bool(float(q.get("close", self.close_connections)))
         elif what != "stats":
             raise web.HTTPNotFound()
         return web.json_response(self.stats())
@@ -102,26 +114,50 @@ class Proxy:
             await asyncio.sleep(self.latency_ms / 1000)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         url = self.upstream + request.raw_path
-        async with self.session.request(
-            request.method, url, headers=headers, data=body or None, allow_redirects=False
-        ) as up:
-            resp = web.StreamResponse(status=up.status)
-            for k, v in up.headers.items():
-                if k.lower() not in _HOP:
-                    resp.headers.add(k, v)
-            await resp.prepare(request)
-            async for chunk in up.content.iter_chunked(1 << 18):
-                await self._pace(len(chunk))
-                self.bytes_out += len(chunk)
-                await resp.write(chunk)
-            await resp.write_eof()
+        sent = 0
+        status = "-"
+        if _LOG:
+            _log("start", request, t0)
+        try:
+            async with self.session.request(
+                request.method, url, headers=headers, data=body or None, allow_redirects=False
+            ) as up:
+                status = str(up.status)
+                if up.status >= 400:
+                    self.error_responses += 1
+                resp = web.StreamResponse(status=up.status)
+                if self.close_connections:
+                    resp.force_close()  # aiohttp then answers "Connection: close"
+                for k, v in up.headers.items():
+                    if k.lower() not in _HOP:
+                        resp.headers.add(k, v)
+                await resp.prepare(request)
+                async for chunk in up.content.iter_chunked(1 << 18):
+                    await self._pace(len(chunk))
+                    self.bytes_out += len(chunk)
+                    sent += len(chunk)
+                    await resp.write(chunk)
+                await resp.write_eof()
+                return resp
+        except BaseException as e:
+            status = f"{status} {type(e).__name__}"
+            raise
+        finally:
             if _LOG:
-                print(
-                    f"{request.method} {request.raw_path} {up.status} "
-                    f"{time.monotonic() - t0:.3f}s {dict(request.headers)}",
-                    file=sys.stderr,
-                )
-            return resp
+                _log(f"end {status} {sent}B {time.monotonic() - t0:.3f}s", request, t0)
+
+
+def _log(what: str, request: web.Request, t0: float) -> None:
+    """One request-log line (``BENCH_PROXY_LOG=1``): the time, the client's connection (its
+    port tells a reused keep-alive connection from a new one), the request and its range."""
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    port = peer[1] if peer else "-"
+    rng = request.headers.get("Range", "-")
+    print(
+        f"{t0:.3f} conn={port} {request.method} {request.raw_path} range={rng} {what}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 async def serve(upstream: str, port: int, latency_ms: float, bandwidth_mbps: float) -> None:

@@ -43,6 +43,7 @@ HEADLINES: dict[str, list[tuple[str, bool | None]]] = {
         ("mb_per_s", True),
         ("proxy_bytes", False),
         ("proxy_requests", False),
+        ("proxy_errors", False),  # answers >= 400 the library received (failed If-Match: 412)
         ("order_score", None),
         ("shards_per_batch", None),
     ],
@@ -260,6 +261,7 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
     )
     cold = [k for k in keys if k.startswith("cold/")]
     bars(cold, "ttfb_s", "cold S3: time to first batch (s)", "ttfb_cold.png")
+    cold = [k for k in cold if k.endswith("ms")]  # the latency sweep: keep-alive cases only
     if cold:
         fig, ax = plt.subplots(figsize=(6, 4))
         for wl in sorted({k.split("/")[1] for k in cold}):

@@ -49,6 +49,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 SHUFFLE_MODES = ("defaults", "both")
 SCENARIOS = ("write", "physical", "hot", "cold", "resume", "random", "scale")
+# the proxy's client connections in the cold scenario -> the case key's suffix
+CONNECTIONS = {"keep-alive": "", "close": "-close"}
 
 
 def shuffle_algos(libs: list[str]) -> dict[str, str]:
@@ -88,6 +90,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--latencies-ms", default="0,20", help="cold scenario proxy latencies")
     ap.add_argument("--bandwidth-mbps", type=float, default=0.0, help="0 = no cap")
+    ap.add_argument(
+        "--connections",
+        default="keep-alive",
+        help="cold scenario: how the proxy treats client connections, comma-separated: "
+        "'keep-alive' (as a real object store; case cold/<wl>/<ms>ms) and/or 'close' (every "
+        "answer closes its connection, as moto's own server does; case cold/<wl>/<ms>ms-close)",
+    )
     ap.add_argument("--random-n", type=int, default=200)
     ap.add_argument("--scale-shards", default="10000,100000")
     ap.add_argument("--scale-samples", type=int, default=100_000_000)
@@ -105,7 +114,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.libs = [x for x in a.libs.split(",") if x]
     a.workloads = [x for x in a.workloads.split(",") if x]
     a.scenarios = [x for x in a.scenarios.split(",") if x]
-    for name, allowed in (("libs", LIBS), ("workloads", WORKLOADS), ("scenarios", SCENARIOS)):
+    a.connections = [x for x in a.connections.split(",") if x]
+    for name, allowed in (
+        ("libs", LIBS),
+        ("workloads", WORKLOADS),
+        ("scenarios", SCENARIOS),
+        ("connections", CONNECTIONS),
+    ):
         bad = sorted(set(getattr(a, name)) - set(allowed))
         if bad:
             ap.error(f"--{name}: unknown {bad}; choose from {sorted(allowed)}")
@@ -177,6 +192,8 @@ class Harness:
                     after = self.s3.control("stats")
                     r["proxy_bytes"] = after["bytes_out"] - before["bytes_out"]
                     r["proxy_requests"] = after["requests"] - before["requests"]
+                    # answers >= 400 in this run (a 412: an If-Match against another ETag)
+                    r["proxy_errors"] = after["error_responses"] - before["error_responses"]
                 if "yielded_ids" in r:
                     r.update(self.shuffle_scores(lib, s, r.pop("yielded_ids")))
                 if spec.get("workload") and (lib, spec["workload"]) in self.data_from:
@@ -285,24 +302,31 @@ class Harness:
 
     def do_cold(self) -> None:
         for ms in [float(x) for x in self.a.latencies_ms.split(",") if x]:
-            self.s3.control("config", latency_ms=ms, bandwidth_mbps=self.a.bandwidth_mbps)
-            for wl in self.a.workloads:
-                if wl == "tokens-zstd":
-                    continue
-                physical.raw_get(self, wl, f"{ms:g}ms")
-                self.case(
-                    f"cold/{wl}/{ms:g}ms",
-                    {
-                        "scenario": "epoch",
-                        "workload": wl,
-                        "cold": True,
-                        "num_workers": 2,
-                        "record_ids": True,
-                    },
-                    libs=self.epoch_libs(),
-                    fresh=["cache"],
-                )
-        self.s3.control("config", latency_ms=0, bandwidth_mbps=0)
+            for conn in self.a.connections:
+                self.cold_at(ms, conn)
+        self.s3.control("config", latency_ms=0, bandwidth_mbps=0, close=0)
+
+    def cold_at(self, ms: float, conn: str) -> None:
+        """The cold cases at one latency and one connection mode (CONNECTIONS)."""
+        close = int(conn == "close")
+        self.s3.control("config", latency_ms=ms, bandwidth_mbps=self.a.bandwidth_mbps, close=close)
+        for wl in self.a.workloads:
+            if wl == "tokens-zstd":
+                continue
+            label = f"{ms:g}ms{CONNECTIONS[conn]}"
+            physical.raw_get(self, wl, label)
+            self.case(
+                f"cold/{wl}/{label}",
+                {
+                    "scenario": "epoch",
+                    "workload": wl,
+                    "cold": True,
+                    "num_workers": 2,
+                    "record_ids": True,
+                },
+                libs=self.epoch_libs(),
+                fresh=["cache"],
+            )
 
     def do_resume(self) -> None:
         wl = "tokens" if "tokens" in self.a.workloads else self.a.workloads[0]
@@ -379,6 +403,7 @@ class Harness:
             "seed": a.seed,
             "libs": epoch_libs(a.libs, a.shuffle),
             "shuffle": a.shuffle,
+            "connections": a.connections,
             "shuffle_algo": shuffle_algos(epoch_libs(a.libs, a.shuffle)),
             "workloads": a.workloads,
             "scenarios": a.scenarios,

@@ -32,6 +32,10 @@ class NotBuilt(Exception):
     """The library side of this scenario does not exist (yet); reported as n/a."""
 
 
+class WrongSamples(Exception):
+    """An epoch yielded a sample id the dataset does not have; reported as an error."""
+
+
 class Adapter:
     name = "?"
 
@@ -97,6 +101,14 @@ def scenario_epoch(a: Adapter, spec: dict[str, Any]) -> dict[str, Any]:
     loader = a.loader(spec, ds, spec["num_workers"])
     r = _consume(loader, t0, ids)
     seen = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    bad = seen[(seen < 0) | (seen >= spec["samples"])]
+    if len(bad):
+        # a sample that is no sample of the dataset: the epoch delivered wrong bytes, so the
+        # run is a failure, never a figure
+        raise WrongSamples(
+            f"{len(bad)} of {len(seen)} yielded ids outside 0..{spec['samples'] - 1} "
+            f"(first {bad[:3].tolist()}): the loader delivered corrupted samples"
+        )
     steady = r["seconds"] - r["ttfb_s"]
     out: dict[str, Any] = {
         **r,

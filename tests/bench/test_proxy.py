@@ -53,3 +53,41 @@ def test_unknown_control_is_404(s3: S3Emulator) -> None:
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(s3.endpoint + "/__bench__/nope")
     assert e.value.code == 404
+
+
+def _answer(url: str, path: str) -> tuple[int, str | None, bool]:
+    import http.client
+    import urllib.parse
+
+    u = urllib.parse.urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port, timeout=10)
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        r.read()
+        return r.status, r.getheader("Connection"), r.will_close
+    finally:
+        conn.close()
+
+
+def test_keeps_connections_alive_unless_told_to_close(s3: S3Emulator) -> None:
+    # "/" lists the buckets (200, even unsigned). moto's own server closes every connection;
+    # the proxy keeps them open by default, as a real object store does, and answers
+    # "Connection: close" only under close=1
+    assert _answer(s3.direct, "/")[1:] == ("close", True)
+    assert _answer(s3.endpoint, "/") == (200, None, False)
+    s3.control("config", close=1)
+    try:
+        assert s3.control("stats")["close"] == 1.0
+        assert _answer(s3.endpoint, "/") == (200, "close", True)
+    finally:
+        s3.control("config", close=0)
+    assert _answer(s3.endpoint, "/") == (200, None, False)
+
+
+def test_counts_error_answers(s3: S3Emulator) -> None:
+    s3.control("reset")
+    assert _answer(s3.endpoint, "/")[0] == 200
+    assert _answer(s3.endpoint, "/nobucket/x")[0] == 404
+    stats = s3.control("stats")
+    assert (stats["requests"], stats["error_responses"]) == (2, 1)
