@@ -298,6 +298,10 @@ async def _fetch_group(store: Any, f: Any, g: int) -> bytes:
 
 
 def _decode_group(url: str, f: Any, g: int, data: bytes) -> Any:
+    """Row group ``g`` of ``f`` decoded from its fetched chunks. Its rows must be the count its
+    footer declares (what the row positions, the workers' cuts and the summary were computed
+    from), as the streaming path requires: pyarrow reads pages as written, so a footer that
+    lies about a group's rows (or a page pyarrow misreads) would shift or drop rows silently."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -308,11 +312,17 @@ def _decode_group(url: str, f: Any, g: int, data: bytes) -> Any:
         raise FormatError(f"row group {g}: short read ({len(data)} bytes)", url)
     source = ChunkFile(memoryview(data), ranges, f.size, url)
     try:
-        return pq.ParquetFile(source, metadata=file_metadata(f), pre_buffer=False).read_row_group(
+        table = pq.ParquetFile(source, metadata=file_metadata(f), pre_buffer=False).read_row_group(
             g, use_threads=False
         )
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise FormatError(f"row group {g} cannot be decoded ({exc})", url) from None
+    want = f.row_groups[g].rows
+    if table.num_rows != want:
+        raise FormatError(
+            f"row group {g} decodes to {table.num_rows} rows, its footer says {want}", url
+        )
+    return table
 
 
 class HfDiskSource(ArrowBatches):

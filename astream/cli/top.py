@@ -10,7 +10,8 @@ job, one row per process label (``main``, ``worker 0``, ...; the workers of ever
 one id are added up) and a total: samples, samples/s, bytes fetched, MB/s, seconds and share of
 time waited for data (the stall), cache hits/misses, evictions, retries and the prefetch depth.
 The cache line is the bytes in the job's streams' cache directories, scanned by ``top`` at each
-frame (the job's own figure is rescanned only every few seconds), with the job's limit.
+frame (the figure ``cache_limit`` counts), with the job's limit; the job's own published figure
+stands in for directories ``top`` may not list.
 
 Rates are over the last refresh; the first frame (and ``--once``) shows rates since the job
 started. The screen is redrawn every ``--interval`` seconds until Ctrl-C, which exits with 0.
@@ -93,9 +94,9 @@ def _sum(figs: dict[str, dict[str, float]]) -> dict[str, float]:
 
 def _cache_line(info: dict[str, Any], folded: dict[str, Any]) -> str | None:
     """The job's cache line: the bytes in its streams' cache directories, scanned now (the
-    job's own figure is rescanned only every few seconds, so it lags a job that just
-    downloaded), with the limit its main process reports. The job's figure stands in when
-    the directories cannot be read from here; None when neither is known."""
+    job's own figure may be one ``interval`` old, and older for a cache of very many files:
+    see ``Metrics._cache_figure``), with the limit its main process reports. The job's figure
+    stands in when the directories cannot be read from here; None when neither is known."""
     from astream.metrics.record import cache_bytes
 
     cache = next((a["cache"] for a in folded.values() if "cache" in a), None)

@@ -131,7 +131,10 @@ class Metrics:
     (default: ``$ASTREAM_RUNTIME_DIR``, see :mod:`astream.metrics.registry`).
     """
 
-    cache_scan_every = 5.0  # seconds between two scans of the cache directory (occupancy)
+    # the published record's cache figure is rescanned unless the last scan is younger than
+    # SCAN_SHARE times its own duration (see _cache_figure); a number here fixes that period
+    cache_scan_every: float | None = None
+    SCAN_SHARE = 20
     closed = False
 
     def __init__(
@@ -177,7 +180,8 @@ class Metrics:
         self._stop = threading.Event()
         self._logger_thread: threading.Thread | None = None
         self._publisher: threading.Thread | None = None
-        self._cache: tuple[float, dict[str, Any]] | None = None
+        self._cache: tuple[float, float, dict[str, Any]] | None = None  # (at, took, figure)
+        self._cache_lock = threading.Lock()
         self.exporter: Any = None
         self._write_job()
         if want_otel:
@@ -228,16 +232,43 @@ class Metrics:
         return _WorkerHook(self.directory, self.interval, fn)
 
     # -- reading -----------------------------------------------------------------------------
-    def main_record(self) -> Record:
-        """This process's record, read now (the cache scanned at most every
-        ``cache_scan_every`` seconds: a scan lists every file of the cache directory)."""
+    def main_record(self, fresh: bool = False) -> Record:
+        """This process's record, read now, with the cache's occupancy (:meth:`_cache_figure`;
+        ``fresh``: scanned for this read)."""
         rec = process_record(self.dataset, None)
-        now = time.monotonic()
-        if self._cache is None or now - self._cache[0] >= self.cache_scan_every:
-            space = self.dataset.engine.space
-            self._cache = (now, {"bytes": space.usage(), "limit": space.limit})
-        rec["cache"] = self._cache[1]
+        rec["cache"] = self._cache_figure(fresh)
         return rec
+
+    def _cache_figure(self, fresh: bool) -> dict[str, Any]:
+        """``{"bytes", "limit"}`` of the cache: a scan of its directories. There is no other
+        count: the processes sharing a cache (workers, ranks, other jobs) share it through the
+        file system alone, and ``cache_limit`` is enforced on this same scan.
+
+        ``fresh`` (an exporter's read: a scrape, a collection): scanned for this read, so the
+        figure is what is on disk now; a read asked while another's scan runs takes that scan.
+        A scrape thus costs one scan (what every download costs under ``cache_limit``), as
+        often as the scraper asks. Otherwise (the record published every ``interval`` for
+        ``astream top``, forever): scanned again only once the last scan is older than
+        ``SCAN_SHARE`` times its own duration, so publishing costs at most 1/SCAN_SHARE of one
+        core: a cache of thousands of files (milliseconds a scan) is current to within a
+        publish; one of a million files lags by ``SCAN_SHARE`` scans' time. ``top`` scans the
+        directories itself and shows this figure only where it cannot list them.
+        ``cache_scan_every`` (seconds) fixes the published figure's period instead."""
+        asked = time.monotonic()
+        with self._cache_lock:
+            start = time.monotonic()
+            if self._cache is not None:
+                at, took, figure = self._cache
+                if at >= asked:  # scanned after this read was asked: as current as ours
+                    return figure
+                every = self.cache_scan_every
+                wait = took * self.SCAN_SHARE if every is None else every
+                if not fresh and start - at < wait:
+                    return figure
+            space = self.dataset.engine.space
+            figure = {"bytes": space.usage(), "limit": space.limit}
+            self._cache = (start, time.monotonic() - start, figure)
+            return figure
 
     def worker_records(self) -> list[Record]:
         """The latest record of every worker that has reported (finished epochs' too)."""
@@ -245,7 +276,7 @@ class Metrics:
 
     def records(self) -> list[Record]:
         """This process's record and every worker's."""
-        return [self.main_record(), *self.worker_records()]
+        return [self.main_record(fresh=True), *self.worker_records()]
 
     def workers(self) -> dict[int, dict[str, float]]:
         """pid -> latest counters of every worker that has reported."""

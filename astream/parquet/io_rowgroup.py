@@ -225,7 +225,7 @@ def _write_side(table: Any, files: ShardFiles, space: Any) -> Any:
     tmp = f"{side}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
     def make() -> None:
-        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
         try:
             os.ftruncate(fd, buf.size)
         finally:

@@ -47,7 +47,7 @@ class NodeClocks:
                 pass
         self.ranks, self.workers = ranks, workers
         size = 8 * ranks * workers
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             if os.fstat(fd).st_size < size:
                 os.ftruncate(fd, size)  # grows only; concurrent creators agree on the size

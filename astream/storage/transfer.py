@@ -40,7 +40,7 @@ async def download_file(
         await store.get_to_file(key, tmp)
         os.replace(tmp, path)
         return size
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
         os.ftruncate(fd, size)
         sem = asyncio.Semaphore(concurrency)

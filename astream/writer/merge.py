@@ -17,10 +17,30 @@ local locator lives here. The first remote URL imports ``writer/remote.py``'s
 ``RemoteIndexLocator`` (storage layer, imported lazily so a local merge never loads it);
 :func:`register_remote_locator` replaces it. ``remote`` never imports this module back.
 
+Publishing, when ``out`` already holds an ``index.json``. The reference replaces it (its uploader
+runs with ``exist_ok=True``), and so does ``merge_index``: merging again after adding a part
+is the normal use. The replacement is never torn and never interleaved:
+
+- local: the merged index is written to a temporary name and renamed into place (one
+  ``rename``): a reader sees the old index or the new one, whole. Two local merges racing on
+  one directory leave the index of whichever renamed last, whole.
+- object stores (S3, GCS, Azure): the locator notes the version of ``out/index.json`` *before*
+  the sub-indexes are read (none: absent) and publishes with a write conditioned on it
+  (``If-None-Match: *`` / ``If-Match: <etag>``; GCS ``ifGenerationMatch=0`` /
+  ``=<generation>``), as the writers publish (``writer/publish.py``). An object PUT is atomic,
+  so no partial index is ever visible; and if anything published there meanwhile (another
+  merge, a writer claiming the prefix with ``exist_ok=True``) this merge fails with
+  :class:`~astream.errors.ObjectChangedError` naming ``out``, and what the other one published
+  stands. ``hf://`` is published as one commit (the Hub takes no conditional single-file
+  write); a store that cannot condition a replacement (DBFS, SFTP) creates the index only if
+  there is none, and refuses to replace one (a ``StorageError`` naming it): remove the old
+  index first.
+
 Differences from the reference: only ``index.json`` files one directory level down are merged
 in the root form (the reference takes any ``.json`` at any depth, and deeper ones get a wrong
-prefix); ``keep_local=False`` never deletes a purely local output directory (the reference
-removes the whole dataset it just indexed).
+prefix); ``keep_local=False`` never deletes a directory (the reference removes the whole
+local dataset it just indexed): with a ``(local, remote)`` out it only leaves no merged copy
+in ``local``, and a purely local out is the dataset itself, kept.
 """
 
 from __future__ import annotations
@@ -42,9 +62,19 @@ class IndexLocator(Protocol):
 
     def list_sub_indexes(self, root: str) -> list[str]: ...
 
-    def read(self, url: str) -> bytes: ...
+    def read(self, url: str, timeout: float) -> bytes:
+        """The bytes of index ``url``; ``timeout``: seconds each request may take."""
+        ...
 
-    def write(self, out: str, data: bytes, keep_local: bool) -> None: ...
+    def version(self, out: str) -> str | None:
+        """The identity of ``out``'s index.json now (None: there is none), which ``write``
+        is conditioned on."""
+        ...
+
+    def write(self, out: str, data: bytes, keep_local: bool, expect: str | None) -> None:
+        """Publish ``data`` as ``out``'s index.json, whole, only while that index is still
+        the version ``expect`` (absent when None); else ObjectChangedError naming ``out``."""
+        ...
 
 
 class LocalLocator:
@@ -58,14 +88,17 @@ class LocalLocator:
                 found.append((f"{name}/{INDEX_BASENAME}", path))
         return [path for _, path in sorted(found)]
 
-    def read(self, url: str) -> bytes:
+    def read(self, url: str, timeout: float) -> bytes:
         try:
             with open(url, "rb") as f:
                 return f.read()
         except FileNotFoundError:
             raise ConfigError(f"index_file_urls: {url!r} does not exist") from None
 
-    def write(self, out: str, data: bytes, keep_local: bool) -> None:
+    def version(self, out: str) -> str | None:
+        return None  # a local index is replaced by one rename: there is no torn state to guard
+
+    def write(self, out: str, data: bytes, keep_local: bool, expect: str | None) -> None:
         os.makedirs(out, exist_ok=True)
         write_atomic(os.path.join(out, INDEX_BASENAME), data)
 
@@ -136,7 +169,7 @@ def _pick(url: Any) -> str:
     return os.fspath(url).rstrip("/").strip()
 
 
-def _from_list(urls: Sequence[Any], out: Any, keep_local: bool) -> None:
+def _from_list(urls: Sequence[Any], out: Any, keep_local: bool, timeout: float) -> None:
     if not urls or not out:
         raise ConfigError("merge_index needs both index_file_urls and out")
     seen: list[str] = []
@@ -146,17 +179,19 @@ def _from_list(urls: Sequence[Any], out: Any, keep_local: bool) -> None:
             path = path[len("file://") :]
         if path not in seen:
             seen.append(path)
-    parts = [(u, _locator(u).read(u)) for u in seen]
-    data = dump_index(merge_indexes(parts), merge_layout=True)
     local, remote = split_out(out)
     target = remote if remote is not None else local
     assert target is not None
-    _locator(target).write(target, data, keep_local)
-    if local is not None and remote is not None:
-        _LOCAL.write(local, data, True)
+    publisher = _locator(target)
+    was = publisher.version(target)  # before reading: a publication meanwhile is a conflict
+    parts = [(u, _locator(u).read(u, timeout)) for u in seen]
+    data = dump_index(merge_indexes(parts), merge_layout=True)
+    publisher.write(target, data, keep_local, was)
+    if local is not None and remote is not None and keep_local:
+        _LOCAL.write(local, data, True, None)
 
 
-def _from_root(out: Any, keep_local: bool) -> None:
+def _from_root(out: Any, keep_local: bool, timeout: float) -> None:
     if not out:
         raise ConfigError("merge_index needs out")
     local, remote = split_out(out)
@@ -168,26 +203,43 @@ def _from_root(out: Any, keep_local: bool) -> None:
         raise ConfigError(f"out: {local!r} is not a directory")
     if not subs:
         raise FormatError("no sub-dataset index.json found one level down", str(local or remote))
-    _from_list(subs, out, keep_local)
+    _from_list(subs, out, keep_local, timeout)
 
 
-def merge_index(*args: Any, keep_local: bool = True, **kwargs: Any) -> None:
-    """Merge sub-dataset indexes; see the module docstring for the two call forms."""
-    kwargs.pop("download_timeout", None)
-    if "keep_local" in kwargs:
-        keep_local = bool(kwargs.pop("keep_local"))
-    if args and isinstance(args[0], list):
-        rest = list(args[1:])
-        if len(rest) >= 2:
-            keep_local = bool(rest[1])
-        out = rest[0] if rest else kwargs.pop("out", None)
-        if kwargs:
-            raise ConfigError(f"merge_index: unknown argument(s) {sorted(kwargs)}")
-        _from_list(args[0], out, keep_local)
-        return
-    out = args[0] if args else kwargs.pop("out", None)
-    if len(args) >= 2:
-        keep_local = bool(args[1])
-    if kwargs or len(args) > 3:
-        raise ConfigError(f"merge_index: invalid arguments {args!r} {sorted(kwargs)}")
-    _from_root(out, keep_local)
+def _timeout(value: Any) -> float:
+    from astream.core.stream import MAX_DOWNLOAD_TIMEOUT
+
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value <= MAX_DOWNLOAD_TIMEOUT
+    ):
+        raise ConfigError(
+            f"merge_index: download_timeout must be a number of seconds in "
+            f"(0, {MAX_DOWNLOAD_TIMEOUT:g}], got {value!r}"
+        )
+    return float(value)
+
+
+def merge_index(*args: Any, **kwargs: Any) -> None:
+    """Merge sub-dataset indexes; see the module docstring for the two call forms.
+    ``download_timeout`` bounds each request reading a remote sub-index (a local one is read
+    from disk)."""
+    listed = (bool(args) and isinstance(args[0], list)) or "index_file_urls" in kwargs
+    names = ["out", "keep_local", "download_timeout"]
+    if listed:
+        names.insert(0, "index_file_urls")
+    if len(args) > len(names):
+        raise ConfigError(f"merge_index: at most {len(names)} positional arguments, got {args!r}")
+    given = dict(zip(names, args))
+    for key, value in kwargs.items():
+        if key not in names or key in given:
+            why = "given twice" if key in given else "is not an argument of this call form"
+            raise ConfigError(f"merge_index: {key!r} {why}")
+        given[key] = value
+    keep_local = bool(given.get("keep_local", True))
+    timeout = _timeout(given.get("download_timeout", 60))
+    if listed:
+        _from_list(given["index_file_urls"], given.get("out"), keep_local, timeout)
+    else:
+        _from_root(given.get("out"), keep_local, timeout)

@@ -205,13 +205,17 @@ def _split(url: str) -> tuple[str, str]:
     return parent, name
 
 
-async def _with_store(url: str, op: str, *args: Any) -> Any:
-    store = open_store(url)
+async def _with_store(url: str, op: str, *args: Any, retry: RetryPolicy | None = None) -> Any:
+    store = open_store(url, retry=retry)
     try:
         if op == "list":
             return [o async for o in store.list()]
         if op == "get":
             return await store.get_range(args[0])
+        if op == "head":
+            return await store.head(args[0])
+        if op == "put_if":
+            return await store.put_if(args[0], args[1], expect=args[2])
         await store.put(args[0], args[1])
         return None
     finally:
@@ -226,13 +230,36 @@ class RemoteIndexLocator:
         parts = [o.key for o in objects if o.key.count("/") == 1 and o.key.endswith("/" + INDEX)]
         return [f"{root.rstrip('/')}/{k}" for k in sorted(parts)]
 
-    def read(self, url: str) -> bytes:
+    def read(self, url: str, timeout: float) -> bytes:
         parent, name = _split(url)
+        retry = RetryPolicy(timeout=timeout)
         try:
-            data: bytes = bridge.run(_with_store(parent, "get", name))
+            data: bytes = bridge.run(_with_store(parent, "get", name, retry=retry))
         except ObjectNotFoundError:
             raise ConfigError(f"index_file_urls: {url!r} does not exist") from None
         return data
 
-    def write(self, out: str, data: bytes, keep_local: bool) -> None:
-        bridge.run(_with_store(out, "put", INDEX, data))
+    def version(self, out: str) -> str | None:
+        try:
+            info = bridge.run(_with_store(out, "head", INDEX))
+        except ObjectNotFoundError:
+            return None
+        if info.etag is None:
+            raise StorageError(f"{INDEX} has no version to condition its replacement on", out)
+        return str(info.etag)
+
+    def write(self, out: str, data: bytes, keep_local: bool, expect: str | None) -> None:
+        """One conditional PUT (see merge.py): created only if absent, or replacing only the
+        version seen before the merge read its parts; ``hf://`` is one commit."""
+        if out.startswith("hf://"):
+            bridge.run(_with_store(out, "put", INDEX, data))
+            return
+        try:
+            bridge.run(_with_store(out, "put_if", INDEX, data, expect))
+        except ObjectChangedError:
+            seen = "none" if expect is None else f"version {expect}"
+            raise ObjectChangedError(
+                f"merge_index: {out}/{INDEX} changed while this merge ran (it saw {seen}): "
+                "another merge or writer published there first; this merge published nothing",
+                out,
+            ) from None
