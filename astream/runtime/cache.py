@@ -149,9 +149,10 @@ def scan(roots: Iterable[str], *, unreadable_ok: bool = False) -> _Scan:
                 st = e.stat(follow_symlinks=False)
             except FileNotFoundError:
                 # Gone since the listing: deleted, or a finished download renamed to its
-                # final name, which the listing may not hold yet. Count the final file.
+                # final name, which the listing may not hold yet. Count the final file. A name
+                # that is only the mark has no final name (``name[:0]`` would be the directory).
                 cut = e.name.rfind(TMP_MARK)
-                if cut < 0 or e.name[:cut] in listed:
+                if cut <= 0 or e.name[:cut] in listed:
                     continue
                 path = os.path.join(d, e.name[:cut])
                 try:
