@@ -57,23 +57,32 @@ TARGETS: dict[str, list[str]] = {
         "tests/writer/test_remote_safety.py",
         "tests/storage/test_remote_writer.py",
         "tests/engine/test_param_bounds.py",
+        "tests/golden/test_golden.py",
+        "tests/golden/test_exact_limit.py",
+        "tests/writer/test_mutants_mds.py",
     ],
     "astream/runtime/cache.py": [
         "tests/engine/test_cache_space.py",
         "tests/engine/test_cache_victims.py",
         "tests/storage/test_fetch_stream.py",
         "tests/plan/test_interleave.py",
+        "tests/engine/test_mutants_cache.py",
     ],
     "astream/runtime/binding.py": [
         "tests/engine/test_cache_dirs.py",
         "tests/reliability/test_shared_cache.py",
         "tests/engine/test_offline.py",
         "tests/cli/test_cache_bench.py",
+        "tests/engine/test_mutants_binding.py",
     ],
     "astream/parquet/io_index.py": [
         "tests/parquet/test_local.py",
         "tests/parquet/test_decode.py",
         "tests/parquet/test_compact.py",
+        "tests/parquet/test_index_scale.py",
+        "tests/parquet/test_published.py",
+        "tests/parquet/test_mutants_index.py",
+        "tests/parquet/test_mutants_index_s3.py",
     ],
 }
 

@@ -54,6 +54,7 @@ from typing import Any
 
 from astream.core.index import Index
 from astream.errors import (
+    CacheError,
     ConfigError,
     EmptyDatasetError,
     FormatError,
@@ -421,7 +422,7 @@ async def _load(
             if mark is not None:
                 mark["digest"] = data[-32:].hex()
                 write_atomic(path + PUBLISHED_MARK, json.dumps(mark).encode(), local)
-        except OSError:
+        except (OSError, CacheError):  # CacheError: a full or read-only disk (write_atomic)
             if not in_place:
                 raise  # a read-only data directory just goes without a cached index
     if not in_place:
