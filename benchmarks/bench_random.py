@@ -20,8 +20,9 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-PEERS = "/work/main/.bench/peers-venv/bin/python"
+PEERS = str(Path(__file__).resolve().parent.parent / ".bench" / "peers-venv" / "bin" / "python")
 READS = 200
 
 CHILD = r"""
