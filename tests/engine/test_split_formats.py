@@ -152,7 +152,7 @@ def test_s3_random_access_reads_meta_header_and_one_line(
 ) -> None:
     name = "xsv_pipe"  # uncompressed: samples are addressable inside the remote data file
     rows = FIXTURES[name][1]
-    proxy = make_proxy(s3_server.url, bandwidth=2_000)  # bytes/s: a whole shard costs ~0.5 s
+    proxy = make_proxy(s3_server.url, bandwidth=200)  # bytes/s: a whole shard costs ~1.5 s
     local = tmp_path / "c"
     ds = StreamingDataset(remote=s3_split[name], local=str(local), batch_size=4,
                           storage_options={"endpoint_url": proxy.url})  # fmt: skip
@@ -163,7 +163,7 @@ def test_s3_random_access_reads_meta_header_and_one_line(
     # more than the three ranged reads below, so the rent-or-buy rule never buys it here (the
     # rule itself: tests/engine/test_random_promotion.py)
     costs = StoreCosts()
-    costs.latency, costs.bandwidth = 0.001, 2_000.0
+    costs.latency, costs.bandwidth = 0.001, 200.0
     costs._latency_seen = costs._bandwidth_seen = True
     ds.engine._parts().costs[ds.catalog.shards[s].remote] = costs
     proxy.reset_stats()
