@@ -28,13 +28,7 @@ from astream.runtime.binding import Binding, lease_holders, write_binding
 from astream.runtime.cache import TMP_MARK, CacheSpace, ShardFiles, scan
 from astream.runtime.locks import FileLock
 
-
-def _put(path: str, n: int, mtime: float | None = None) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(b"x" * n)
-    if mtime is not None:
-        os.utime(path, (mtime, mtime))
+from .test_cache_space import _put
 
 
 def _maker(path: str, n: int) -> Callable[[], None]:

@@ -88,3 +88,19 @@ def fresh(tmp_path: Any) -> Callable[[str], str]:
         return os.path.join(str(tmp_path), name)
 
     return make
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keys whose footers are read, in order (the Parquet index's footer reads)."""
+    from astream.parquet import io_footers
+
+    got: list[str] = []
+    real = io_footers.read_footer
+
+    async def counting(store: Any, info: Any, *rest: Any) -> Any:
+        got.append(info.key)
+        return await real(store, info, *rest)
+
+    monkeypatch.setattr(io_footers, "read_footer", counting)
+    return got

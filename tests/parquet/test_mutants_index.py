@@ -46,20 +46,6 @@ def _write(root: str, names: list[str]) -> None:
             f.write(_parquet(i))
 
 
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The keys whose footers are read, in order."""
-    got: list[str] = []
-    real = io_footers.read_footer
-
-    async def counting(store: Any, info: Any, *rest: Any) -> Any:
-        got.append(info.key)
-        return await real(store, info, *rest)
-
-    monkeypatch.setattr(io_footers, "read_footer", counting)
-    return got
-
-
 def _build(root: str, **kw: Any) -> tuple[ParquetTable, int]:
     async def go() -> tuple[ParquetTable, int]:
         store = open_store(root)

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 
 from astream.errors import EmptyDatasetError, ObjectChangedError
-from astream.parquet import io_footers
 from astream.parquet.io_index import build_table, load_parquet
 from astream.parquet.published import INDEX_NAME
 from astream.parquet.table import ParquetTable
@@ -28,20 +27,6 @@ from astream.storage import open_store
 from astream.storage.sync import upload, upload_key
 
 from .test_mutants_index import NAMES, _build, _publish, _write
-
-
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The keys whose footers are read, in order."""
-    got: list[str] = []
-    real = io_footers.read_footer
-
-    async def counting(store: Any, info: Any, *rest: Any) -> Any:
-        got.append(info.key)
-        return await real(store, info, *rest)
-
-    monkeypatch.setattr(io_footers, "read_footer", counting)
-    return got
 
 
 def test_published_index_rewritten_between_head_and_get(
