@@ -148,9 +148,7 @@ def run_module(module: str, rev: str | None, children: int) -> dict[str, str]:
     env = dict(
         os.environ, PYTHONDONTWRITEBYTECODE="1", PATH=tools + os.pathsep + os.environ["PATH"]
     )
-    r = subprocess.run(
-        [str(mutmut), "run", "--max-children", str(children)], cwd=work, env=env
-    )
+    r = subprocess.run([str(mutmut), "run", "--max-children", str(children)], cwd=work, env=env)
     if r.returncode != 0:
         raise SystemExit(f"mutate: mutmut run failed for {module} (exit {r.returncode})")
     listing = subprocess.run(
