@@ -29,32 +29,42 @@ this python, the reference in ``--peer-python``), then compares:
 The first configurations are always the same three: one stream at the default arguments
 (which do not shuffle), two streams shuffled with every other argument at its default (the
 default shuffle algorithm and canonical nodes), and a drawn configuration with
-``shuffle=False``. A share ``--worlds`` of the others runs on a World of one node of 2 ranks:
-one process per rank with torchrun's variables, ``iter`` and ``resume`` per rank. (Two nodes of
-one rank each on one machine hang the reference's rank 0, so that shape is not drawn; a World
-of one node sometimes does too: a World's processes that run past ``RANK_TIMEOUT_S`` are
-killed and reported.)
+``shuffle=False`` (all three on 2 ranks with ``--worlds 1``). A share ``--worlds`` of the
+others runs on a World of one node of 2 ranks: one process per rank with torchrun's variables
+and one gloo process group per rank process, as a trainer has; ``iter`` and ``resume`` per
+rank, every rank resuming at the same point. Two things used to hang such a World, both
+handled here: the reference made a process group per dataset (a new rendezvous port each), so
+a rank that raised in one mode and not the other left the two waiting on different ports; and
+the reference's local leader computes the partition alone while the other ranks wait in its
+shared-memory barrier, which has no timeout, so a configuration it refuses at iteration left
+them there forever (``_release_on_refusal``). The reference's file locks go to the run's own
+temp directory; a World still running after ``RANK_TIMEOUT_S`` has every thread's stack
+printed, is killed, its leftover shared memory removed, and is reported. (Two nodes of one
+rank each on one machine hang the reference's rank 0, so that shape is not drawn.)
 
 Without ``--seed`` each run draws a new seed, printed first and again with any divergence, so
-a failure reruns with ``--seed S --cases N``. A configuration that one library refuses must be
-refused by the other, except ``KNOWN``: the reference's own refusals that astream does not
-repeat (docs/migrating.md says why), counted apart. ``len()`` and the extra keys of astream's
-``state_dict`` are not compared: both differ by design (docs/migrating.md). Prints every
-divergence with its configuration and exits 1 if there is one. The reference's venv is made by
-``scripts/setup.sh`` (``.venv-ref``); ``tests/order/test_diff_reference.py`` runs 40
-configurations in CI.
+a failure reruns with ``--seed S --cases N --worlds W``. A configuration that one library
+refuses must be refused by the other, except ``KNOWN``: the reference's own refusals that
+astream does not repeat (docs/migrating.md says why), counted apart. ``len()`` and the extra
+keys of astream's ``state_dict`` are not compared: both differ by design (docs/migrating.md).
+Prints every divergence with its configuration and exits 1 if there is one. The reference's
+venv is made by ``scripts/setup.sh`` (``.venv-ref``); ``tests/order/test_diff_reference.py``
+runs 40 configurations in CI, and 20 on 2-rank Worlds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
 try:  # run as a script: scripts/ is sys.path[0]
@@ -75,6 +85,8 @@ WORLD_MODES = ("iter", "resume")
 KNOWN = ("Resuming further into the dataset",)  # also inside a DataLoader worker's error
 CHUNK = 20  # configurations per process
 RANK_TIMEOUT_S = 120  # a World's processes: a refusal on one rank only leaves the other waiting
+SHM = "/dev/shm"
+WORLD_COLLECTIVE_S = 60  # a rank alone at a collective (the other raised) raises after this
 # the ``attrs`` mode: the reference's attributes after an iteration (``predownload`` is left
 # out: unset, astream's may be more, docs/migrating.md; these configurations never set it)
 ATTRS = tuple(n for n in SETTINGS if n != "predownload") + ARRAYS + COUNTS
@@ -132,7 +144,8 @@ def draw(rng: random.Random, data: str, worlds: float = 0.0) -> dict[str, Any]:
 def configs(n: int, seed: int, data: str, worlds: float = 0.0) -> list[dict[str, Any]]:
     """``n`` configurations: the three fixed ones (module docstring), then drawn ones."""
     rng = random.Random(seed)
-    harness = {"_workers": 2, "_drop_last": False, "_resume_at": 0.4, "_world": [1, 1]}
+    fixed_world = list(WORLDS[0]) if worlds >= 1 else [1, 1]  # every one on 2 ranks
+    harness = {"_workers": 2, "_drop_last": False, "_resume_at": 0.4, "_world": fixed_world}
     at_defaults = {"streams": [{"local": os.path.join(data, "a")}], "batch_size": 4, **harness}
     shuffled = {
         "streams": [{"local": os.path.join(data, name)} for name in ("a", "c")],
@@ -140,7 +153,7 @@ def configs(n: int, seed: int, data: str, worlds: float = 0.0) -> list[dict[str,
         "batch_size": 8,
         **harness,
     }
-    unshuffled = {**draw(rng, data), "shuffle": False}
+    unshuffled = {**draw(rng, data, worlds), "shuffle": False}
     out = [at_defaults, shuffled, unshuffled]
     out += [draw(rng, data, worlds) for _ in range(max(0, n - len(out)))]
     return out[:n]
@@ -201,7 +214,7 @@ def run_mode(mode: str, cfg: dict[str, Any], build: Any, lib: Any, ranks: int) -
         again.load_state_dict(state)
         return [taken, [b["id"] for b in again], [b["id"] for b in again]]
     ds = build()  # resume
-    n = int(cfg["_resume_at"] * len(_ids(list(ds)))) * ranks
+    n = int(cfg["_resume_at"] * _fewest(len(_ids(list(ds))), ranks)) * ranks
     state = ds.state_dict(n, True)
     again = build()
     again.load_state_dict(state)
@@ -209,17 +222,72 @@ def run_mode(mode: str, cfg: dict[str, Any], build: Any, lib: Any, ranks: int) -
     return [n, {k: int(state[k]) for k in keys}, _ids(list(again)), _ids(list(again))]
 
 
+def _fewest(mine: int, ranks: int) -> int:
+    """The smallest of the ranks' ``mine``: one resume point for the whole World (its ranks
+    share one checkpoint, and the reference one resume slot per node in shared memory)."""
+    if ranks == 1:
+        return mine
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([mine], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())
+
+
+def _join_world(rank: int, ranks: int) -> None:
+    """One process group for the life of this rank's process, as a trainer started by
+    torchrun has, with a bounded timeout: the reference then never makes a group of its own
+    (one per dataset, each on a new port, which two ranks out of step wait on forever) and a
+    rank left alone at one of its collectives raises instead of waiting."""
+    import datetime
+
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=WORLD_COLLECTIVE_S)
+    dist.init_process_group("gloo", rank=rank, world_size=ranks, timeout=timeout)
+
+
+def _release_on_refusal() -> None:
+    """Work around the reference's hang on a refusal: its local leader computes the epoch's
+    partition alone while the node's other ranks wait in its shared-memory barrier, which has
+    no timeout; a leader that raises there (a configuration the reference refuses at
+    iteration) leaves them waiting forever. The wrapper enters that barrier once before the
+    error propagates, so the other ranks go on, find no partition in shared memory and raise
+    too: the refusal is seen on every rank, as on one."""
+    import streaming.base.dataset as sd
+
+    generate = sd.generate_work
+
+    def guarded(*args: Any) -> Any:
+        try:
+            return generate(*args)
+        except Exception:
+            ds = args[1]
+            ds._shared_barrier(ds._unique_worker_world.workers_per_node)
+            raise
+
+    sd.generate_work = guarded
+
+
 def inner(lib: str, path: str, modes: list[str]) -> None:
     """Run every configuration of ``path`` in this process with ``lib``; write the results.
     Under torchrun's variables (a World's rank) it writes ``<path>.<lib>.r<rank>.json``."""
+    import faulthandler
     import gc
     import importlib
+    import signal
     import warnings
 
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hung rank's stacks, on demand
     warnings.simplefilter("ignore")
+    logging.disable(logging.WARNING)  # both libraries' logged warnings (dropped batches...)
     mod = importlib.import_module("streaming" if lib == "reference" else "astream")
     rank, ranks = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    port = int(os.environ.get("MASTER_PORT", 0))
+    if ranks > 1:
+        _join_world(rank, ranks)
+        if lib == "reference":
+            _release_on_refusal()
     with open(path) as f:
         table = json.load(f)
     results = []
@@ -228,10 +296,6 @@ def inner(lib: str, path: str, modes: list[str]) -> None:
         kw = {k: v for k, v in kw.items() if v is not None}
 
         def build(streams: list[dict] = cfg["streams"], kw: dict[str, Any] = kw) -> Any:
-            nonlocal port
-            if ranks > 1:  # every rank builds in the same sequence: a fresh rendezvous port
-                port += 1
-                os.environ["MASTER_PORT"] = str(port)
             return mod.StreamingDataset(streams=[mod.Stream(**s) for s in streams], **kw)
 
         got: dict[str, Any] = {}
@@ -262,6 +326,12 @@ def write_data(data: str) -> None:
                     w.write({"id": 1000 * k + i, "pad": b"x" * (i % 37)})
 
 
+def _reference_shm() -> set[str]:
+    """The reference's shared memory objects now in /dev/shm (``<6-digit prefix>_<name>``)."""
+    names = os.listdir(SHM) if os.path.isdir(SHM) else []
+    return {n for n in names if len(n) > 7 and n[:6].isdigit() and n[6] == "_"}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -276,7 +346,8 @@ def _run_world(
     nodes, per_node = world
     ranks = nodes * per_node
     base = dict(env, WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(per_node))
-    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port() + 7))
+    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    shm_before = _reference_shm()
     procs = []
     for r in range(ranks):
         rank_env = dict(base, RANK=str(r), LOCAL_RANK=str(r % per_node))
@@ -287,9 +358,16 @@ def _run_world(
         for p in procs:
             p.wait(timeout=RANK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        hung = [p for p in procs if p.poll() is None]
+        print(f"World {world} of {lib}: ranks {[procs.index(p) for p in hung]} hung; stacks:")
+        for p in hung:
+            p.send_signal(signal.SIGUSR1)  # faulthandler prints every thread's stack
+        time.sleep(2)
         for p in procs:
             p.kill()
             p.wait()
+        for name in _reference_shm() - shm_before:  # what the killed ranks could not unlink
+            os.unlink(os.path.join(SHM, name))
     per_rank = []
     for r, p in enumerate(procs):
         if p.returncode != 0:
@@ -312,7 +390,12 @@ def run_chunk(
     """Run configurations ``table[c:c + CHUNK]`` in both libraries: the one-process ones in
     one process per library, each World's in one process per rank. Results in table order."""
     stubs = os.path.join(work, "stubs")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([stubs, ROOT]))
+    # the reference's file locks (two per dataset, never deleted) go to the run's own temp
+    # directory: every dataset it builds walks the prefixes whose locks exist, in /tmp
+    # thousands after a few runs
+    tmp = os.path.join(work, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([stubs, ROOT]), TMPDIR=tmp)
     chunk = list(enumerate(table[c : c + CHUNK]))
     groups: dict[tuple[int, int], list[int]] = {}
     for i, cfg in chunk:
@@ -386,7 +469,10 @@ def main() -> int:
         print(f"no reference python at {a.peer_python}: run scripts/setup.sh", file=sys.stderr)
         return 2
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**31)
-    rerun = f"python scripts/diff_reference.py --seed {seed} --cases {a.cases} --modes {a.modes}"
+    rerun = (
+        f"python scripts/diff_reference.py --seed {seed} --cases {a.cases} --modes {a.modes} "
+        f"--worlds {a.worlds}"
+    )
     print(f"seed {seed}", flush=True)
     work = a.keep or tempfile.mkdtemp(prefix="astream-diff-")
     write_data(os.path.join(work, "data"))

@@ -10,6 +10,8 @@ maps through are :mod:`astream.core.refshuffle`'s. Pure numpy; nothing here does
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,6 +20,28 @@ from numpy.typing import NDArray
 from astream.core.refshuffle import I64, canonical_index, canonical_layout, get_shuffle
 
 __all__ = ["batching_work", "partition", "partition_orig", "stratum_portions"]
+
+_log = logging.getLogger(__name__)
+
+
+def _warn_dropped(method: str, s: int) -> None:
+    _log.warning(
+        "batching_method=%r: stream %d (streams[%d]) leaves a short batch, which is dropped",
+        method, s, s,
+    )  # fmt: skip
+
+
+def _warn_resume(method: str, start: int, gbs: int) -> None:
+    """Resuming inside a global batch restarts at the last whole one, as the reference
+    does; it says so with ``warnings.warn`` for ``stratified``, with its logger otherwise."""
+    text = (
+        f"batching_method={method!r} resumes only at a multiple of the global batch size "
+        f"{gbs}: sample {start} resumes after the last whole global batch"
+    )
+    if method == "stratified":
+        warnings.warn(text, stacklevel=4)
+    else:
+        _log.warning(text)
 
 
 def partition_orig(n: int, ncn: int, pn: int, rpn: int, workers: int, bs: int, drop: int) -> I64:
@@ -173,6 +197,8 @@ def batching_work(
         batches = _per_stream(parts, gbs, seed_order)
     else:
         batches = _device_per_stream(parts, ncn, pn, rpn, bs, seed_order)
+    if start % gbs:
+        _warn_resume(method, start, gbs)
     return _finish(batches, start, gbs, pn, rpn, workers, bs)
 
 
@@ -215,7 +241,11 @@ def _stratified(parts: list[I64], proportions: NDArray[np.float64], gbs: int) ->
         if flat.size % k:
             flat = np.concatenate([flat, np.full(k - flat.size % k, -1, np.int64)])
         rows.append(flat.reshape(-1, k))
-    full = min(int(np.count_nonzero(r.min(axis=1) >= 0)) for r in rows)
+    whole = [int(np.count_nonzero(r.min(axis=1) >= 0)) for r in rows]
+    for s, (r, n) in enumerate(zip(rows, whole)):
+        if n != len(r):
+            _warn_dropped("stratified", s)
+    full = min(whole)
     out: I64 = np.concatenate([r[:full] for r in rows], axis=1)
     return out
 
@@ -226,6 +256,8 @@ def _per_stream(parts: list[I64], gbs: int, seed_order: int) -> I64:
     for s, part in enumerate(parts):
         inorder = part.transpose(3, 2, 0, 1, 4).reshape(-1, gbs)
         full = int(np.count_nonzero(inorder.min(axis=1) >= 0))
+        if full != len(inorder):
+            _warn_dropped("per_stream", s)
         if full == 0:
             raise ValueError(f"streams[{s}] does not fill one global batch of {gbs}")
         counts.append(full)
@@ -248,6 +280,8 @@ def _device_per_stream(
             flat = np.concatenate([flat, np.full(bs - flat.size % bs, -1, np.int64)])
             cut = flat.reshape(-1, bs)
             full = int(np.count_nonzero(cut.min(axis=1) >= 0))
+            if np.count_nonzero(cut[full:] >= 0):  # (the reference warns at every stream)
+                _warn_dropped("device_per_stream", s)
             if full == 0:
                 raise ValueError(f"streams[{s}] does not fill one device batch of {bs}")
             counts.append(full)

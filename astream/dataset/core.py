@@ -271,6 +271,13 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
         keep_zip, allow_unsafe_types = kw["keep_zip"], kw["allow_unsafe_types"]
         self.transform = kw["transform"]
         cfg = DatasetConfig.build(**{name: kw[name] for name in _CONFIG_ARGUMENTS})
+        bs, ahead = cfg.batch_size, cfg.predownload
+        if ahead is not None and bs is not None and ahead < bs:  # as the reference warns
+            warnings.warn(
+                f"predownload={ahead} is below batch_size={bs}: a batch may wait on its own "
+                "downloads; set predownload >= batch_size",
+                stacklevel=3,
+            )
         self.cfg = cfg
         resolved_streams: list[Any] = []
         self.stream_specs, sources, stores = yield from resolve_steps(

@@ -16,6 +16,7 @@ plans them.
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from typing import Any
@@ -151,11 +152,39 @@ class _EpochPlans:
             self._plans = {key: plan}
         return plan
 
+    def _warn_replication(self, start: int, me: tuple[int, int] | None) -> None:
+        """Replicas see the same samples, yet ``state_dict(num_samples)`` counts the samples
+        of all ranks: a count that forgets the replication resumes at the wrong sample. Said
+        at each epoch's start by each node's first rank (its first DataLoader worker), as the
+        reference says it."""
+        rep = self.cfg.replication
+        if rep is not None and rep > 1 and (me is None or me[0] == 0):
+            place = detect()  # the ranks themselves, not the replicas
+            if place.rank % place.world.ranks_per_node == 0:
+                logging.getLogger(__name__).warning(
+                    "replication=%d: each sample goes to %d consecutive ranks; this epoch "
+                    "starts at sample %d: count replicas in state_dict(num_samples) or "
+                    "training resumes at the wrong sample",
+                    rep, rep, start,
+                )  # fmt: skip
+
     def _normal(self, epoch: int, start: int) -> tuple[int, int]:
         """A position at (or past) the end of an epoch is the start of the next one; the start
         of an empty epoch is that epoch (the reference runs it, yielding nothing, so the
-        epoch a state names after it is the same)."""
-        if start > 0 and start >= self.plan(epoch).num_samples:
+        epoch a state names after it is the same). The end is that of the epoch as this World
+        deals it: a reference plan may lay out more positions than the epoch's samples
+        (``device_per_stream`` pads each stream to whole global batches), and a position
+        inside that padding resumes the epoch's last batches, as the reference resumes them."""
+        if start <= 0:
+            return epoch, start
+        plan = self.plan(epoch)
+        end = plan.num_samples
+        if plan.reference:
+            try:
+                end = max(end, plan.dealt_span(detect(self.cfg.replication).world, 0)[1])
+            except ConfigError:
+                pass  # a World this plan refuses: iterating says so
+        if start >= end:
             return epoch + 1, 0
         return epoch, start
 
@@ -205,4 +234,5 @@ class _EpochPlans:
         else:
             epoch, start = self._epochs.worker_take(me[0])
         self._current = (epoch, start)
+        self._warn_replication(start, me)
         return epoch, start

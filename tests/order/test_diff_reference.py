@@ -5,9 +5,10 @@
 methods, shuffle on and off, every reference algorithm, 1-3 DataLoader workers, resume
 points; the default arguments and ``shuffle=False`` always among them) and compares every
 sample. On a divergence the output names each configuration and the seed to rerun it with.
-Worlds of several ranks (``--worlds``) stay out of CI: the reference's ranks sometimes wait
-forever for each other on one machine. Run it alone: two reference jobs at once on one machine
-collide in the reference's shared memory names (``FileExistsError: .../..._locals``).
+A second run puts ``WORLD_CASES`` configurations on a World of one node of 2 ranks (one
+process per rank), the three fixed ones among them: the default arguments and
+``shuffle=False``. Run it alone: two reference jobs at once on one machine collide in the
+reference's shared memory names (``FileExistsError: .../..._locals``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 REF = ROOT / ".venv-ref" / "bin" / "python"
 CASES = int(os.environ.get("ASTREAM_DIFF_CASES", "40"))
+WORLD_CASES = int(os.environ.get("ASTREAM_DIFF_WORLD_CASES", "20"))
 
 pytestmark = pytest.mark.slow
 
@@ -40,3 +42,18 @@ def test_random_configurations_match_the_reference(tmp_path: Path) -> None:
     assert run.returncode == 0, f"{run.stdout}\n{run.stderr[-3000:]}"
     last = run.stdout.strip().splitlines()[-1]
     assert f"({CASES} configurations" in last and " 0 diverged" in last, run.stdout
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not REF.exists(), reason="no reference venv: run `bash scripts/setup.sh`")
+def test_two_rank_worlds_match_the_reference(tmp_path: Path) -> None:
+    """Every configuration on 2 ranks, each rank's samples against the reference's rank."""
+    cmd = [sys.executable, str(ROOT / "scripts" / "diff_reference.py")]
+    cmd += ["--cases", str(WORLD_CASES), "--worlds", "1", "--modes", "iter,resume"]
+    cmd += ["--peer-python", str(REF), "--keep", str(tmp_path)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=280, cwd=ROOT)
+    assert run.returncode == 0, f"{run.stdout}\n{run.stderr[-3000:]}"
+    last = run.stdout.strip().splitlines()[-1]
+    ran = f"({WORLD_CASES} configurations, modes iter,resume; {WORLD_CASES} on 2 ranks)"
+    assert ran in last and " 0 diverged" in last, run.stdout
+    assert "hung" not in run.stdout, run.stdout
