@@ -17,6 +17,7 @@ try:
 except ImportError:  # imported by the tests as scripts.<name>, for its cases
     from scripts import peer
 
+import importlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -56,6 +57,22 @@ def _writer(m: Any, d: str, out: str, **kw: Any) -> Any:
     return m.MDSWriter(out=os.path.join(d, out), **kw)
 
 
+def _sub(m: Any, name: str) -> Any:
+    """The library's submodule ``name`` (the same dotted path in both libraries)."""
+    return importlib.import_module(f"{m.__name__}.{name}")
+
+
+def _unsafe(m: Any, d: str) -> None:
+    """A dataset with a pickled column, read without ``allow_unsafe_types``."""
+    with _writer(m, d, "p", columns={"num": "pkl"}) as w:
+        w.write({"num": 1})
+    m.StreamingDataset(local=os.path.join(d, "p"), batch_size=1)
+
+
+def _encode(m: Any, value: Any) -> Any:
+    return _sub(m, "base.format.mds.encodings").mds_encode("ndarray", value)
+
+
 CASES: dict[str, Callable[[Any, str], Any]] = {
     "getitem_float": lambda m, d: _ds(m, d)[1.5],
     "getitem_str": lambda m, d: _ds(m, d)["1"],
@@ -80,6 +97,24 @@ CASES: dict[str, Callable[[Any, str], Any]] = {
     "writer_size_limit_text": lambda m, d: _writer(m, d, "w6", size_limit="abc") and None,
     "epoch_size_text": lambda m, d: len(_ds(m, d, epoch_size="abc")),
     "unknown_argument": lambda m, d: _ds(m, d, foo=1) and None,
+    "encode_ndarray_without_elements": lambda m, d: _encode(m, __import__("numpy").zeros(0)),
+    "encode_ndarray_scalar": lambda m, d: _encode(m, __import__("numpy").array(0.5)),
+    "bytes_text_empty": lambda m, d: _sub(m, "base.util").bytes_to_int(""),
+    "bytes_text_bad_suffix": lambda m, d: _sub(m, "base.util").bytes_to_int("12kbb"),
+    "number_text_bad_suffix": lambda m, d: _sub(m, "base.util").number_abbrev_to_int("79bk"),
+    "sampling_method_unknown": lambda m, d: _ds(m, d, sampling_method="ayo") and None,
+    "dataset_without_samples": lambda m, d: (
+        m.StreamingDataset(local=os.path.join(d, "e"), batch_size=2) and None
+    ),
+    "writer_size_limit_over_u32": lambda m, d: _writer(m, d, "w8", size_limit=1 << 32) and None,
+    "writer_unknown_argument": lambda m, d: _writer(m, d, "w9", min_workers=1) and None,
+    "unsafe_type_not_allowed": _unsafe,
+    "fewer_samples_than_canonical_nodes": lambda m, d: sum(
+        1 for _ in _ds(m, d, shuffle=True, num_canonical_nodes=11)
+    ),
+    "local_without_index": lambda m, d: (
+        m.StreamingDataset(streams=[m.Stream(local=os.path.join(d, "none"))], batch_size=1) and None
+    ),
 }
 
 

@@ -44,7 +44,9 @@ def _scaled(text: str, units: dict[str, int], what: str) -> int | None:
             try:
                 return int(float(text[: -len(suffix)]) * factor)
             except ValueError:
-                raise ConfigError(f"{what}: cannot parse {text!r}") from None
+                raise ConfigError(
+                    f"Unsupported value/suffix {text!r}: {what}: cannot parse it"
+                ) from None
     return None
 
 
@@ -60,7 +62,10 @@ def bytes_to_int(bytes_str: int | float | str) -> int:
     digits = text[:-1] if text.endswith("b") else text
     if digits.isdigit():
         return int(digits)
-    raise ConfigError(f"bytes: cannot parse {bytes_str!r}; use b, {', '.join(_BYTE_UNITS)}")
+    raise ConfigError(
+        f"Unsupported value/suffix {bytes_str!r}: bytes: cannot parse it; "
+        f"use b, {', '.join(_BYTE_UNITS)}"
+    )
 
 
 def number_abbrev_to_int(abbrev_str: int | float | str) -> int:
@@ -74,7 +79,9 @@ def number_abbrev_to_int(abbrev_str: int | float | str) -> int:
         return got
     if text.isdigit():
         return int(text)
-    raise ConfigError(f"number: cannot parse {abbrev_str!r}; use k, m, b or t")
+    raise ConfigError(
+        f"Unsupported value/suffix {abbrev_str!r}: number: cannot parse it; use k, m, b or t"
+    )
 
 
 def clean_stale_shared_memory() -> None:

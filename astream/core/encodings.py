@@ -222,10 +222,18 @@ def _ndarray_encoder(
         elif arr.dtype != dtype:
             raise EncodeError(f"encoding {text!r}: wrong dtype {arr.dtype.name}")
         if arr.size == 0:
-            raise EncodeError(f"encoding {text!r}: arrays with 0 elements are not storable")
+            raise EncodeError(
+                f"encoding {text!r}: Attempting to encode a numpy array with 0 elements; "
+                "such an array is not storable"
+            )
         if shape is None:
             ndim = arr.ndim
-            if not 1 <= ndim <= 63:
+            if ndim == 0:
+                raise EncodeError(
+                    f"encoding {text!r}: Attempting to encode a scalar with NDArray encoding "
+                    "(ndim 0); use a scalar encoding such as 'float64' or 'int'"
+                )
+            if ndim > 63:
                 raise EncodeError(f"encoding {text!r}: ndim must be 1..63, got {ndim}")
             big = max(arr.shape)
             width = 0 if big < 1 << 8 else 1 if big < 1 << 16 else 2 if big < 1 << 32 else 3

@@ -68,6 +68,7 @@ and resume position (:func:`refbatching.batching_work`).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -171,7 +172,8 @@ def _check_options(shuffle_algo: str, sampling_method: str, batching_method: str
         raise UnknownNameError(f"shuffle_algo: unknown algorithm {shuffle_algo!r}")
     if sampling_method not in ("balanced", "fixed"):
         raise ConfigError(
-            f"sampling_method: must be 'balanced' or 'fixed', got {sampling_method!r}"
+            f"Invalid sampling method: {sampling_method!r}; sampling_method must be "
+            "'balanced' or 'fixed'"
         )
     if batching_method not in BATCHING_METHODS:
         raise ConfigError(f"batching_method: unknown method {batching_method!r}")
@@ -231,6 +233,8 @@ def plan_epoch(
     )
     if int(chosen.sum()) == 0:
         raise ConfigError("streams: the weights choose no sample at all for this epoch")
+    if reference:
+        _warn_few_samples(chosen, ncn, batching_method)
     if reference and batching_method != "random":
         return _reference_work_plan(
             streams, sizes, chosen, epoch_size, method=batching_method,
@@ -252,6 +256,21 @@ def plan_epoch(
         partition_algo=partition_algo,
     )  # fmt: skip
     return own.plan(streams, chosen, epoch_size, batching_method, global_batch_size)
+
+
+def _warn_few_samples(chosen: I64, ncn: int, batching_method: str) -> None:
+    """The reference's layout over more canonical nodes than samples repeats samples to fill
+    every node (and may drop whole batches); it warns, so does this. Its partition runs over
+    the epoch (``random``) or over each stream (the other batching methods)."""
+    counts = [int(chosen.sum())] if batching_method == "random" else [int(c) for c in chosen]
+    for n in counts:
+        if n < ncn:
+            warnings.warn(
+                f"{n} samples over num_canonical_nodes={ncn} canonical nodes: samples repeat "
+                "to fill every node, and batches may be dropped; check the dataset's size or "
+                "lower num_canonical_nodes",
+                stacklevel=5,
+            )
 
 
 def _check_initial_nodes(initial_physical_nodes: int | None, reference: bool) -> None:

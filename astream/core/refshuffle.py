@@ -43,6 +43,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from astream.errors import ConfigError
+
 __all__ = [
     "REFERENCE_ALGOS",
     "canonical_index",
@@ -273,9 +275,9 @@ def _py1e(sizes: I64, ncn: int, seed: int, epoch: int, block: int) -> I64:
         lengths = [hi - lo for lo, hi in mine]
         n = sum(lengths)
         if n == 0:
-            raise ValueError(
-                f"a canonical node got 0 samples: the stream has fewer samples than "
-                f"num_canonical_nodes={ncn}"
+            raise ConfigError(
+                f"The number of samples assigned to a canonical node is 0: the stream has "
+                f"fewer samples than num_canonical_nodes={ncn}"
             )
         samples = np.empty(n, ids.dtype)
         put = 0

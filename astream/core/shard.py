@@ -322,8 +322,8 @@ class SampleDecoder:
             for name, enc in zip(entry.column_names, entry.column_encodings):
                 if enc in UNSAFE_ENCODINGS:
                     raise UnsafeEncodingError(
-                        f"column {name!r} has unsafe encoding {enc!r} (pickle can run code); "
-                        "pass allow_unsafe_types=True to read it",
+                        f"column {name!r} contains an unsafe type: encoding {enc!r} (pickle can "
+                        "run code); pass allow_unsafe_types=True to read it",
                         source,
                     )
         self.source = source

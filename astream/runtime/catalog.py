@@ -47,6 +47,13 @@ class StreamSource:
     keep_zip: bool | None = None
 
 
+def _no_samples(sources: list[StreamSource]) -> str:
+    """The error text for a dataset without samples: it names each stream's local directory
+    (the reference names the first empty stream's index file; its check stops there)."""
+    where = ", ".join(repr(s.local) for s in sources)
+    return f"Stream contains no samples: {where} (every shard is empty)"
+
+
 class Catalog:
     """Every shard of every stream, in global order.
 
@@ -76,7 +83,7 @@ class Catalog:
         np.cumsum(counts, out=self.starts[1:])
         self.num_samples = int(self.starts[-1])
         if self.num_samples == 0:
-            raise EmptyDatasetError("the dataset has no samples (every shard is empty)")
+            raise EmptyDatasetError(_no_samples(sources))
         firsts = [0]
         for sizes in self.stream_sizes:
             firsts.append(firsts[-1] + int(sizes.sum()))

@@ -279,9 +279,9 @@ def check_dataset(
                 for name, enc in zip(entry.column_names or [], entry.column_encodings or []):
                     if enc in UNSAFE_ENCODINGS:
                         raise UnsafeEncodingError(
-                            f"stream {k}, shard {i}: column {name!r} has unsafe encoding "
-                            f"{enc!r} (pickle can run code); pass allow_unsafe_types=True to "
-                            "read it",
+                            f"stream {k}, shard {i}: column {name!r} contains an unsafe type: "
+                            f"encoding {enc!r} (pickle can run code); pass "
+                            "allow_unsafe_types=True to read it",
                             os.path.join(src.local, "index.json"),
                         )
     for k, src in enumerate(catalog.sources):

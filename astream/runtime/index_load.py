@@ -90,7 +90,8 @@ async def load_index(store: ObjectStore | None, local: str) -> Index:
                 data = f.read()
         except FileNotFoundError:
             raise MissingIndexError(
-                f"no {INDEX} at {path}: give `remote`, or point `local` at an MDS dataset"
+                f"No `remote` provided, but local file {path} does not exist: give `remote`, "
+                "or point `local` at an MDS dataset"
             ) from None
         return parse_index(data, path)
     remote = store.url

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -40,6 +41,8 @@ from astream.core.sizes import parse_size
 from astream.errors import ConfigError, OutputExistsError
 from astream.writer.output import make_dirs, split_out, write_atomic
 from astream.writer.sink import LocalSink, ShardSink
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["MDSWriter", "ShardWriter"]
 
@@ -88,7 +91,10 @@ class ShardWriter:
         if size_limit:
             limit = parse_size(size_limit, "size_limit")
             if limit < 0 or limit >= 1 << 32:
-                raise ConfigError(f"size_limit must be in 0..2**32-1 (u32 offsets), got {limit}")
+                raise ConfigError(
+                    f"`size_limit` must be less than 2**32 and not negative (u32 offsets), "
+                    f"got {limit}"
+                )
         self.size_limit = limit or None
         if max_workers is not None and (
             isinstance(max_workers, bool)
@@ -159,8 +165,9 @@ class ShardWriter:
         if os.path.isdir(local) and os.listdir(local):
             if not exist_ok:
                 raise OutputExistsError(
-                    f"out: directory {local!r} is not empty; pass exist_ok=True to overwrite it"
+                    f"out: {local!r}: Directory is not empty; pass exist_ok=True to overwrite it"
                 )
+            _log.warning("out: directory %r is not empty; exist_ok=True: removing it", local)
             shutil.rmtree(local)
         elif os.path.exists(local) and not os.path.isdir(local):
             raise ConfigError(f"out: {local!r} exists and is not a directory")
@@ -280,7 +287,9 @@ class MDSWriter(ShardWriter):
     ) -> None:
         unknown = sorted(set(kwargs) - _KNOWN_KWARGS)
         if unknown:
-            raise ConfigError(f"MDSWriter: unknown argument(s) {unknown}")
+            raise ConfigError(
+                f"Invalid Writer argument(s) for MDSWriter: {unknown} (unknown argument names)"
+            )
         self._encoder = SampleEncoder(columns)
         self._open_output(
             out=out,

@@ -89,7 +89,9 @@ class SplitWriter(ShardWriter):
     ) -> None:
         who = type(self).__name__
         if unknown:
-            raise ConfigError(f"{who}: unknown argument(s) {sorted(unknown)}")
+            raise ConfigError(
+                f"Invalid Writer argument(s) for {who}: {sorted(unknown)} (unknown argument names)"
+            )
         if not isinstance(newline, str):
             raise ConfigError(f"{who}: newline must be a string, got {newline!r}")
         self.newline = newline

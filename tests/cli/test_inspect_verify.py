@@ -305,8 +305,8 @@ def test_inspect_refuses_pickle_unless_allowed(cli):
     r = cli("inspect", path, "--sample", "0")
     assert r.code == 2
     assert r.err == (
-        f"astream: error: {path}/shard.00000.mds: column 'obj_pkl' has unsafe encoding 'pkl' "
-        "(pickle can run code); pass allow_unsafe_types=True to read it\n"
+        f"astream: error: {path}/shard.00000.mds: column 'obj_pkl' contains an unsafe type: "
+        "encoding 'pkl' (pickle can run code); pass allow_unsafe_types=True to read it\n"
     )
     r = cli("inspect", path, "--sample", "0", "--allow-unsafe-types")
     assert r.code == 0 and "  obj_pkl: " in r.out

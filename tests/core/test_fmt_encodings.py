@@ -136,11 +136,21 @@ def test_jpeg_opened_from_file_is_copied_verbatim(tmp_path: object) -> None:
         ("int", "3", "encoding 'int' needs a int, got str"),
         ("str", 3, "encoding 'str' needs a str, got int"),
         ("uint8", 300, "encoding 'uint8' cannot store 300"),
-        ("ndarray", np.zeros(0), "encoding 'ndarray': arrays with 0 elements are not storable"),
+        (
+            "ndarray",
+            np.zeros(0),
+            "encoding 'ndarray': Attempting to encode a numpy array with 0 elements; "
+            "such an array is not storable",
+        ),
         ("ndarray", np.zeros(3, bool), "encoding 'ndarray': unsupported dtype bool"),
         ("ndarray:int32", np.zeros(3, np.int64), "encoding 'ndarray:int32': wrong dtype int64"),
         ("ndarray:int32:4", np.zeros(3, np.int32), "encoding 'ndarray:int32:4': wrong shape (3,)"),
-        ("ndarray", np.array(1, np.float32), "encoding 'ndarray': ndim must be 1..63, got 0"),
+        (
+            "ndarray",
+            np.array(1, np.float32),
+            "encoding 'ndarray': Attempting to encode a scalar with NDArray encoding (ndim 0); "
+            "use a scalar encoding such as 'float64' or 'int'",
+        ),
         ("str_float", 1, "encoding 'str_float' needs a float, got int"),
         ("json", {1j}, "encoding 'json' cannot store set"),
     ],

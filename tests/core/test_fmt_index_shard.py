@@ -186,8 +186,8 @@ def test_pkl_needs_allow_unsafe_types() -> None:
     with pytest.raises(UnsafeEncodingError) as info:
         SampleDecoder(entry, False, "d/shard.00000.mds")
     assert str(info.value) == (
-        "d/shard.00000.mds: column 'obj' has unsafe encoding 'pkl' (pickle can run code); "
-        "pass allow_unsafe_types=True to read it"
+        "d/shard.00000.mds: column 'obj' contains an unsafe type: encoding 'pkl' (pickle can "
+        "run code); pass allow_unsafe_types=True to read it"
     )
     SampleDecoder(entry, True, "d/shard.00000.mds")
 

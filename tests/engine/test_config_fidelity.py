@@ -166,7 +166,8 @@ def test_weights_are_checked_before_any_index_is_read(data: dict[str, str], tmp_
 
 
 def test_pkl_column_fails_at_construction(data: dict[str, str]) -> None:
-    with pytest.raises(UnsafeEncodingError, match="column 'obj' has unsafe encoding 'pkl'"):
+    unsafe = "column 'obj' contains an unsafe type: encoding 'pkl'"
+    with pytest.raises(UnsafeEncodingError, match=unsafe):
         StreamingDataset(local=data["pkl"], batch_size=1)
     ds = StreamingDataset(local=data["pkl"], batch_size=1, allow_unsafe_types=True)
     assert [s["obj"] for s in ds] == [0, 1, 2, 3]

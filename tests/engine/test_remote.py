@@ -15,6 +15,7 @@ from astream import StreamingDataset
 from astream.aio import AsyncStreamingDataset
 from astream.core.shard import header_size
 from astream.errors import IntegrityError
+from astream.runtime.range_costs import StoreCosts
 from astream.storage.sync import upload
 
 from .conftest import labels, write_dataset
@@ -24,15 +25,22 @@ def test_random_access_reads_header_and_sample_only(
     s3_dataset: Any, s3_server: Any, make_proxy: Any, fresh_local: Any
 ) -> None:
     url, samples = s3_dataset
-    proxy = make_proxy(s3_server.url)
+    proxy = make_proxy(s3_server.url, bandwidth=2_000)  # bytes/s: a shard whole costs ~4 s
     local = fresh_local()
     ds = StreamingDataset(
         remote=url, local=local, batch_size=4, storage_options={"endpoint_url": proxy.url}
     )
-    proxy.reset_stats()
     i = 537
     s, _ = ds.catalog.locate_one(i)
     entry = ds.shards[s]
+    # the store as already measured at the proxy's bandwidth: the shard whole costs far more
+    # than the reads below, so the rent-or-buy rule never buys it here (the rule itself:
+    # tests/engine/test_random_promotion.py)
+    costs = StoreCosts()
+    costs.latency, costs.bandwidth = 0.001, 2_000.0
+    costs._latency_seen = costs._bandwidth_seen = True
+    ds.engine._parts().costs[ds.catalog.shards[s].remote] = costs
+    proxy.reset_stats()
     got = ds[i]
     assert got["label"] == i and np.array_equal(got["ids"], samples[i]["ids"])
     # two GETs: the shard header, then exactly the sample's bytes; never the whole shard

@@ -103,7 +103,10 @@ def test_len_is_per_rank(local_dataset: Any, monkeypatch: pytest.MonkeyPatch) ->
 def test_bad_arguments_are_named(local_dataset: Any, tmp_path: Any) -> None:
     with pytest.raises(ConfigError, match="download_retry must be >= 0"):
         StreamingDataset(local=local_dataset[0], download_retry=-1)
-    with pytest.raises(ConfigError, match=r"no index\.json at"):
+    with pytest.raises(
+        ConfigError,
+        match=r"No `remote` provided, but local file .*/nothing/index\.json does not exist",
+    ):
         StreamingDataset(local=str(tmp_path / "nothing"))
     with pytest.raises(ConfigError, match="partition_algo='weird'"):
         StreamingDataset(local=local_dataset[0], partition_algo="weird")

@@ -73,7 +73,8 @@ def test_reference_empty_first_shard_is_read() -> None:
 
 
 def test_pkl_fixture_refused_without_allow_unsafe_types() -> None:
-    with pytest.raises(UnsafeEncodingError, match=r"column 'obj_pkl' has unsafe encoding 'pkl'"):
+    unsafe = r"column 'obj_pkl' contains an unsafe type: encoding 'pkl'"
+    with pytest.raises(UnsafeEncodingError, match=unsafe):
         LocalDataset(str(DATA / "encodings"))
 
 

@@ -88,8 +88,10 @@ def test_gauge_and_top_show_the_bytes_on_disk(
         disk = on_disk(local)
         top_line = _top_bytes(capsys)
     assert len(seen) >= 8
+    # two workers: up to two downloads in flight, whose temp files come and go (a download
+    # that lost a race for its shard removes its own) between the walks and the scan
     for before, gauge, after in seen:
-        assert before - shard <= gauge <= after + shard, (before, gauge, after)
+        assert before - 2 * shard <= gauge <= after + 2 * shard, (before, gauge, after)
     assert any(g > 0 for _, g, _ in seen)
     assert disk >= nbytes  # every shard is cached (no limit)
     assert end == disk

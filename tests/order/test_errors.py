@@ -48,7 +48,10 @@ def test_reference_algorithms_take_every_batching_method(algo):
         ({"epoch_size": 0}, "epoch_size must be >= 1, got 0"),
         ({"seed": 1.5}, "seed must be an int, got float 1.5"),
         ({"shuffle_algo": "fast"}, "shuffle_algo: unknown algorithm 'fast'"),
-        ({"sampling_method": "x"}, "sampling_method: must be 'balanced' or 'fixed', got 'x'"),
+        (
+            {"sampling_method": "x"},
+            "Invalid sampling method: 'x'; sampling_method must be 'balanced' or 'fixed'",
+        ),
         (
             {"partition_algo": "x"},
             "partition_algo='x' is not supported: use 'relaxed' or 'orig'",

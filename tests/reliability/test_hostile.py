@@ -203,7 +203,8 @@ def test_pkl_refused_by_default(tmp_path: Any) -> None:
     with MDSWriter(out=src, columns={"obj": "pkl", "id": "int"}) as w:
         for i in range(10):
             w.write({"obj": {"i": i}, "id": i})
-    with pytest.raises(UnsafeEncodingError, match=r"column 'obj' has unsafe encoding 'pkl'"):
+    unsafe = r"column 'obj' contains an unsafe type: encoding 'pkl'"
+    with pytest.raises(UnsafeEncodingError, match=unsafe):
         list(StreamingDataset(local=src, batch_size=2))
     got = list(StreamingDataset(local=src, batch_size=2, allow_unsafe_types=True))
     assert sorted(s["obj"]["i"] for s in got) == list(range(10))

@@ -89,7 +89,7 @@ def test_exist_ok(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         MDSWriter(out=str(out), columns=COLS)
     assert str(info.value) == (
-        f"out: directory {str(out)!r} is not empty; pass exist_ok=True to overwrite it"
+        f"out: {str(out)!r}: Directory is not empty; pass exist_ok=True to overwrite it"
     )
     with MDSWriter(out=str(out), columns=COLS, exist_ok=True) as w:
         w.write(_rows(1)[0])
@@ -103,10 +103,16 @@ def test_exist_ok(tmp_path: Path) -> None:
         ({"hashes": ["sha1", "nope"]}, "hashes: unsupported hash algorithm 'nope'"),
         ({"hashes": "sha1"}, "hashes must be a list of names, got the string 'sha1'"),
         ({"size_limit": "12 apples"}, "size_limit: cannot parse size '12 apples'"),
-        ({"size_limit": 1 << 32}, "size_limit must be in 0..2**32-1 (u32 offsets), got 4294967296"),
+        (
+            {"size_limit": 1 << 32},
+            "`size_limit` must be less than 2**32 and not negative (u32 offsets), got 4294967296",
+        ),
         ({"columns": {"a": "uint9"}}, "columns['a']: unknown encoding 'uint9'"),
         ({"columns": {}}, "columns must be a non-empty dict"),
-        ({"bogus": 1}, "MDSWriter: unknown argument(s) ['bogus']"),
+        (
+            {"bogus": 1},
+            "Invalid Writer argument(s) for MDSWriter: ['bogus'] (unknown argument names)",
+        ),
         ({"out": ("a",)}, "out: a tuple must be (local_dir, remote_url)"),
     ],
 )

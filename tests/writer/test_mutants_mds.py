@@ -107,7 +107,9 @@ def test_size_limit_refused_outside_u32(tmp_path: Path, bad: Any) -> None:
     with pytest.raises(ConfigError) as e:
         MDSWriter(out=str(tmp_path / "o"), columns=COLS, size_limit=bad)
     got = 1 << 32 if bad == "4gb" else bad
-    assert str(e.value) == f"size_limit must be in 0..2**32-1 (u32 offsets), got {got}"
+    assert str(e.value) == (
+        f"`size_limit` must be less than 2**32 and not negative (u32 offsets), got {got}"
+    )
 
 
 @pytest.mark.parametrize("no_limit", [None, 0, "0", "0b"])
