@@ -19,6 +19,7 @@ from astream import StreamingDataLoader, StreamingDataset
 from astream.cli import main
 from astream.cli.common import human_bytes
 from astream.metrics import Metrics
+from astream.runtime.cache import TMP_MARK
 
 from .test_exporter import scrape, total
 
@@ -40,12 +41,21 @@ def on_disk(local: str) -> int:
     n = 0
     for root, dirs, files in os.walk(local):
         dirs[:] = [d for d in dirs if d != ".astream"]
+        listed = set(files)
         for f in files:
             if f != "index.json":
                 try:
                     n += os.stat(os.path.join(root, f)).st_size
                 except FileNotFoundError:
-                    pass  # renamed into place since the listing: counted under its new name
+                    # a download renamed into place since the listing, which has not its new
+                    # name: count the file under that name (a deleted one is gone)
+                    final = f[: f.rfind(TMP_MARK)] if f.rfind(TMP_MARK) > 0 else None
+                    if final is not None and final not in listed:
+                        listed.add(final)
+                        try:
+                            n += os.stat(os.path.join(root, final)).st_size
+                        except FileNotFoundError:
+                            pass
     return n
 
 

@@ -23,6 +23,7 @@ import pytest
 
 from astream import StreamingDataLoader
 from astream.errors import ObjectChangedError
+from astream.runtime.range_costs import StoreCosts
 from astream.runtime.versions import XATTR
 from astream.storage.sync import upload
 
@@ -217,7 +218,15 @@ def test_a_file_of_another_version_is_refused_where_ranges_were_read(
     opts = cloud.options()
     cache = str(tmp_path / "c")
     ds = dataset(url, opts, cache, 8, shuffle=False)
+    # a store whose requests cost far more than any shard (the latency estimate follows
+    # measurements only slowly): the rent-or-buy rule never buys the shard in the background
+    # here, so that it is read by ranges only (the rule itself: test_random_promotion.py)
+    costs = StoreCosts()
+    costs.latency = 1e6
+    costs._latency_seen = True
+    ds.engine._parts().costs[ds.engine.catalog.shards[0].remote] = costs
     assert (int(ds[0]["id"]), bytes(ds[0]["data"])) == (0, big(0))  # by ranges: no file
+    assert 0 not in ds.engine._parts().bought
     shard = ds.engine.catalog.shards[0]
     assert not os.path.exists(shard.files.raw_path)
     # a random read's shard is compared when opened, never swept (random reads may touch
