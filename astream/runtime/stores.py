@@ -17,6 +17,7 @@ pool maps a stream's remote root to its policy, and every other URL gets the def
 from __future__ import annotations
 
 import asyncio
+import os
 import weakref
 from typing import Any
 
@@ -29,6 +30,18 @@ _Key = tuple[str, RetryPolicy, str]
 _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_Key, ObjectStore]] = (
     weakref.WeakKeyDictionary()
 )
+# a forked child's copy of its parent's stores: never used (their sessions are the parent's)
+# and never counted (their retries are the parent's, which reports them itself), only kept
+# alive as they were, so that nothing closes the parent's connections from the child
+_inherited: list[dict[Any, Any]] = []
+
+
+def _after_fork_in_child() -> None:
+    _inherited.append(dict(_by_loop))
+    _by_loop.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class StorePool:
@@ -69,18 +82,19 @@ class StorePool:
         return store
 
     def _mine(self) -> list[ObjectStore]:
-        """The stores this pool's settings reach, on every loop."""
+        """The stores of this pool's remote roots with its settings, on every loop of this
+        process (a store of another root with the same settings is another dataset's)."""
         mine = {(url, p) for url, p in self.policies.items()}
         return [
             store
             for stores in list(_by_loop.values())
             for key, store in list(stores.items())
-            if key[2] == self._opts_key
-            and ((key[0], key[1]) in mine or (key[0] not in self.policies and key[1] == self.retry))
+            if key[2] == self._opts_key and (key[0], key[1]) in mine
         ]
 
     def retries(self) -> int:
-        """Transient failures retried by the stores this pool's settings reach, every loop.
+        """Transient failures retried by the stores of this pool's remotes, on every loop of
+        this process (a forked worker counts its own, not its parent's).
 
         Stores are shared between datasets with the same remote and settings, so so are their
         counts.

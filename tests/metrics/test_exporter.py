@@ -283,3 +283,34 @@ def test_bad_port_is_a_config_error(tmp_path):
         with pytest.raises(ConfigError, match=r"^this Metrics already serves http://127\.0\.0\.1"):
             m.serve(0)
     assert _metrics_threads() == []
+
+
+def test_retries_are_counted_per_dataset_and_per_process(
+    http_ds, http_server, make_proxy, tmp_path
+):
+    """Another dataset's retries (another remote, the same settings) are not this one's, and a
+    DataLoader worker does not count again the retries its parent made before the fork."""
+    name, _ = http_ds(100)
+    proxy = make_proxy(http_server.url)
+    proxy.plan("503", "503", path="shard.")
+    remote = f"{proxy.url}/{name}"
+    a = StreamingDataset(remote=remote, local=str(tmp_path / "a"), batch_size=10)
+    assert sum(1 for _ in a) == 100
+    assert dict(proxy.stats.faults) == {"503": 2} and a.stats.retries == 2
+    other, _ = http_ds(100)
+    b = StreamingDataset(
+        remote=f"{http_server.url}/{other}", local=str(tmp_path / "b"), batch_size=10
+    )
+    assert sum(1 for _ in b) == 100
+    assert b.stats.retries == 0 and a.stats.retries == 2
+    # the same remote again, in two forked workers, nothing failing now: the job's total is
+    # the parent's two, not two more per worker
+    again = StreamingDataset(remote=remote, local=str(tmp_path / "again"), batch_size=10)
+    with Metrics(again, interval=0.1, prometheus_port=0, announce=False) as m:
+        loader = StreamingDataLoader(
+            again, batch_size=10, num_workers=2, collate_fn=_labels, worker_init_fn=m.worker_init_fn
+        )
+        assert sorted(x for batch in loader for x in batch) == list(range(100))
+        end = scrape(str(m.url))
+    assert workers_of(end, "astream_samples_total") == {"main", "0", "1"}
+    assert total(end, "astream_retries_total") == 2
