@@ -243,3 +243,13 @@ def tmpfs(tmp_path: Any) -> Iterator[Callable[[int], str]]:
     yield mount
     for d in mounted:
         subprocess.run(["umount", "-l", d], check=False)
+
+
+@pytest.fixture(params=[0o022, 0o002], ids=["umask022", "umask002"])
+def umask(request: pytest.FixtureRequest) -> Iterator[int]:
+    """The process umask set to 022, then 002, for one test (files must follow it)."""
+    old = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(old)

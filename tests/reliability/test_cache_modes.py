@@ -10,26 +10,15 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from astream import MDSWriter, StreamingDataset
 from astream.storage import open_store
 from astream.storage.transfer import download_file
-
-
-@pytest.fixture(params=[0o022, 0o002], ids=["umask022", "umask002"])
-def umask(request: pytest.FixtureRequest) -> Iterator[int]:
-    old = os.umask(request.param)
-    try:
-        yield request.param
-    finally:
-        os.umask(old)
 
 
 def modes(root: str) -> dict[str, str]:

@@ -19,7 +19,7 @@ import os
 import re
 import stat
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -44,15 +44,6 @@ def csv_rows(n: int) -> list[dict[str, Any]]:
 
 def mode(path: str) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
-
-
-@pytest.fixture(params=[0o022, 0o002], ids=["umask022", "umask002"])
-def umask(request: pytest.FixtureRequest) -> Iterator[int]:
-    old = os.umask(request.param)
-    try:
-        yield request.param
-    finally:
-        os.umask(old)
 
 
 def test_writer_files_follow_the_umask(tmp_path: Any, umask: int) -> None:
