@@ -132,6 +132,20 @@ def test_every_document_is_collected():
 
 @pytest.mark.parametrize("doc", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
 def test_code_blocks_run(doc: Path, doc_env: Path) -> None:
+    # a page may set the process's logging up as a user would (docs/migrating.md silences
+    # astream's logged warnings): restored after the page, so later tests see the defaults
+    import logging
+
+    logger = logging.getLogger("astream")
+    level, disabled = logger.level, logging.root.manager.disable
+    try:
+        _run_blocks(doc)
+    finally:
+        logger.setLevel(level)
+        logging.disable(disabled)
+
+
+def _run_blocks(doc: Path) -> None:
     from astream.cli import main
 
     ns: dict[str, Any] = {"__name__": "__docs__"}
