@@ -180,7 +180,9 @@ def new_dirs(local: str) -> list[str]:
 # -- leases ----------------------------------------------------------------------------------
 _leases: dict[str, list[Any]] = {}  # root -> [FileLock, refcount]
 _leases_pid = -1
-_leases_mutex = threading.Lock()
+# reentrant: a dataset's finalizer (_release) may run from a garbage collection that starts
+# while this thread holds the mutex in _acquire; a plain Lock would deadlock there
+_leases_mutex = threading.RLock()
 
 
 def _fresh_after_fork() -> None:
@@ -199,7 +201,7 @@ def _after_fork_in_child() -> None:
     # lease descriptors now, not at the child's first lease: a child that never uses the
     # dataset would otherwise keep its dead parent's lease alive.
     global _leases_mutex
-    _leases_mutex = threading.Lock()
+    _leases_mutex = threading.RLock()
     _fresh_after_fork()
 
 

@@ -397,7 +397,9 @@ _PIDS: dict[tuple[str, int], int] = {}  # (group, worker) -> latest worker pid
 # (group, worker, pid) -> this process's descriptors of the slots premade for that worker
 _PREMADE: dict[tuple[str, int, int], list[int]] = {}
 _PREMADE_FD = "premade"  # a handle's ``fd`` for a premade slot: the main process has its own
-_LOCK = threading.Lock()
+# reentrant: a loader's finalizer (forget_group) may run from a garbage collection that starts
+# while this thread holds the lock in _slot_map; a plain Lock would deadlock the trainer there
+_LOCK = threading.RLock()
 
 
 def _close_fds(made: dict[int, list[int]]) -> None:
@@ -427,7 +429,7 @@ def premade_fds(group: str | None = None) -> int:
 def _drop_premade(keep: Any) -> None:
     """Close the premade descriptors whose (group, worker, pid) fail ``keep`` (under _LOCK)."""
     for key in [k for k in _PREMADE if not keep(k)]:
-        _close_fds({0: _PREMADE.pop(key)})
+        _close_fds({0: _PREMADE.pop(key, [])})
 
 
 def mapped_slots(group: str | None = None) -> int:
@@ -449,7 +451,7 @@ def _slot_map(
     with _LOCK:
         if _PIDS.get((group, worker)) != pid:
             for key in [k for k in _MAPS if k[:2] == (group, worker)]:
-                del _MAPS[key]  # that worker is gone: live batches keep their own maps
+                _MAPS.pop(key, None)  # that worker is gone: live batches keep their own maps
             _drop_premade(lambda k: k[:2] != (group, worker) or k[2] == pid)
             _PIDS[(group, worker)] = pid
         for old in retired:
@@ -543,7 +545,7 @@ def forget_group(group: str) -> None:
     """Drop the maps of a loader's slots (its batch view is gone; held batches keep theirs)."""
     with _LOCK:
         for key in [k for k in _MAPS if k[0] == group]:
-            del _MAPS[key]
+            _MAPS.pop(key, None)  # pop: a reentrant call may have dropped it meanwhile
         for key2 in [k for k in _PIDS if k[0] == group]:
-            del _PIDS[key2]
+            _PIDS.pop(key2, None)
         _drop_premade(lambda k: k[0] != group)

@@ -188,6 +188,30 @@ def test_leases_are_counted_per_owner(tmp_path: Any, monkeypatch: pytest.MonkeyP
     assert root not in binding._leases
 
 
+def test_a_collection_that_starts_inside_the_lease_mutex_releases_without_deadlock(
+    tmp_path: Any,
+) -> None:
+    import threading
+
+    root = _bound(str(tmp_path))
+    owner = _Owner()
+    owner.me = owner  # type: ignore[attr-defined]  # a cycle: only a collection frees it
+    hold_leases(owner, [root])
+    del owner
+    done = threading.Event()
+
+    def run() -> None:
+        with binding._leases_mutex:  # as _acquire holds it when an allocation starts a collection
+            gc.collect()  # runs the owner's finalizer, which takes the mutex again
+        done.set()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(10)
+    assert done.is_set(), "the finalizer deadlocked on the lease mutex"
+    assert lease_holders(root) == []
+
+
 def test_releasing_skips_a_root_it_does_not_hold(tmp_path: Any) -> None:
     root = _bound(str(tmp_path / "held"))
     assert binding._acquire(root) is True
