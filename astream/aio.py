@@ -27,6 +27,7 @@ from typing import Any
 from astream.dataset import StreamingCore
 from astream.dataset.core import CpuStep
 from astream.runtime.stores import close_loop_stores_since, loop_store_keys
+from astream.storage.registry import preload_backends
 from astream.writer.aio import AsyncMDSWriter
 
 __all__ = ["AsyncMDSWriter", "AsyncStreamingDataset"]
@@ -39,6 +40,9 @@ class AsyncStreamingDataset(StreamingCore):
     async def open(cls, **kwargs: Any) -> AsyncStreamingDataset:
         """Build the dataset with its I/O awaited on the running loop (never blocking it)."""
         self = cls.__new__(cls)
+        urls = [kwargs.get("remote")]
+        urls += [getattr(s, "remote", None) for s in kwargs.get("streams") or ()]
+        await asyncio.to_thread(preload_backends, urls)  # an SDK's import: tens of ms
         steps = self._build(cls._arguments(kwargs))
         before = loop_store_keys()
         try:

@@ -39,6 +39,10 @@ __all__ = ["Lookahead", "Prefetcher"]
 
 _CHUNK = 2048  # samples grouped by shard in one pass (Lookahead)
 _CHUNK_BATCHES = 64
+# samples further() plans at most per batch handed out (~3 ms of grouping): at a cold start
+# the prefetcher's slots stay idle for long, and planning all of ``FURTHER * ahead`` at once
+# held the caller's event loop 250 ms at 2M samples
+_FURTHER_STEP = 16_384
 FURTHER = 4  # how many times ``ahead`` a consumer waiting on a download may plan (further())
 
 
@@ -208,16 +212,18 @@ class Lookahead:
                 self._pf.want(s)
         return True
 
-    def further(self) -> None:
+    def further(self, limit: int | None = None) -> None:
         """At each batch and whenever the consumer is about to wait for a download (cold data
         only): while the prefetcher has idle slots, plan past ``ahead`` (up to ``further``
         times it) so they fetch the next shards the plan needs. Without this the slots idle
         whenever the window's shards are all fetched or fetching: at the tail of a shuffled
         epoch the shards first used late were announced only when the window reached them,
         one window's download after another. Announcements stay in the plan's order
-        (earliest first use first)."""
+        (earliest first use first). ``limit``: plan at most about that many samples in this
+        call (at least one batch); the rest waits for the next call."""
         pf = self._pf
-        while self._queued < self._further and len(pf.running()) < pf.concurrency:
+        end = self._queued + limit if limit is not None else self._further
+        while self._queued < min(end, self._further) and len(pf.running()) < pf.concurrency:
             if not self._push():
                 return
 
@@ -237,7 +243,8 @@ class Lookahead:
         """The next batch: its ids grouped by shard (``batch_groups``), and its size."""
         self._fill()
         if self._further > self._ahead and self._pf.started:
-            self.further()  # slots freed while the last batch decoded (never on a hot cache)
+            # slots freed while the last batch decoded (never on a hot cache); a step at a time
+            self.further(_FURTHER_STEP)
         uses = self._uses
         if self._leaving:  # the previous batch is done: its shards no queued batch reads
             idle = self._idle

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 from typing import Any
 
 from astream.errors import ConfigError
@@ -59,6 +60,22 @@ def scheme_of(url: str) -> str:
     if m is None and url[:6].lower() == "dbfs:/":
         return "dbfs"  # Databricks spells its paths dbfs:/Volumes/..., one slash
     return m.group(1).lower() if m else "file"
+
+
+def preload_backends(urls: Any) -> None:
+    """Import the backend modules of ``urls`` (strings; anything else is skipped). Run in a
+    thread before an async ``open`` so that an SDK's import (tens of ms) never holds the
+    caller's event loop; a failed import is left for :func:`open_store` to report."""
+    for url in urls:
+        if not isinstance(url, str) or not url:
+            continue
+        entry = SCHEMES.get(scheme_of(url))
+        if entry is None or entry[0] in sys.modules:
+            continue
+        try:
+            importlib.import_module(entry[0])
+        except ImportError:
+            pass
 
 
 def open_store(url: str, *, retry: RetryPolicy | None = None, **options: Any) -> ObjectStore:

@@ -46,3 +46,22 @@ def hot_epoch(path: str, **kw: Any) -> Callable[[], Awaitable[int]]:
         return got
 
     return main
+
+
+def cold_epoch(remote: str, local: str) -> Callable[[], Awaitable[int]]:
+    """``open`` (in a fresh interpreter: the store's SDK imported then), a shuffled epoch with
+    every shard downloaded during it, and checkpoints along the way."""
+
+    async def main() -> int:
+        ds = await AsyncStreamingDataset.open(
+            remote=remote, local=local, batch_size=25_000, shuffle=True
+        )
+        got = 0
+        async for batch in ds.aiter(batch_size=64):
+            got += len(batch)
+            if got % (64 * 5_000) == 0:
+                ds.state_dict()
+        ds.state_dict()
+        return got
+
+    return main

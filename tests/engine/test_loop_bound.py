@@ -80,6 +80,44 @@ def test_ten_million_samples_open_and_epoch_hold_the_loop_at_most_20ms(tmp_path:
     assert min(tries) < BOUND_S, tries
 
 
+COLD = """
+import sys
+sys.path.insert(0, sys.argv[3])
+from tests.engine.loopclock import cold_epoch, longest
+print("s3 imported before open:", "astream.storage.s3" in sys.modules)
+print(longest(cold_epoch(sys.argv[1], sys.argv[2]), 10_000_000))
+"""
+
+
+@pytest.mark.slow  # ~12 s to write, ~15 s an epoch
+def test_a_cold_s3_epoch_of_ten_million_samples_holds_the_loop_at_most_20ms(
+    s3_bucket: str, tmp_path: Any
+) -> None:
+    """Cold at ten million samples, in a fresh interpreter: ``open`` imports the S3 backend
+    in a thread, and the lookahead plans past its window a step per batch (the prefetcher's
+    slots stay idle for long at a cold start: planning all it may at once held the loop
+    ~210 ms)."""
+    url = f"{s3_bucket}/loop10m-{uuid.uuid4().hex[:8]}"
+    _write(url, 10_000_000)  # 20 shards of 4 MB
+    root = str(Path(__file__).resolve().parents[2])
+
+    def once(k: int) -> float:
+        run = subprocess.run(
+            [sys.executable, "-c", COLD, url, str(tmp_path / f"cache{k}"), root],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert "s3 imported before open: False" in run.stdout, run.stdout
+        return float(run.stdout.split()[-1])
+
+    tries = [once(0)]
+    while min(tries) >= BOUND_S and len(tries) < 3:  # a loaded machine: the bound holds once
+        tries.append(once(len(tries)))
+    assert min(tries) < BOUND_S, tries
+
+
 def test_a_cold_s3_epoch_random_reads_and_checkpoints_hold_the_loop_at_most_20ms(
     s3_bucket: str, tmp_path: Any
 ) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from astream import StreamingDataset
-from astream.runtime.prefetch import FURTHER, Lookahead
+from astream.runtime.prefetch import _FURTHER_STEP, FURTHER, Lookahead
 
 from .conftest import labels
 from .test_chunk_groups import _Catalog
@@ -76,6 +76,26 @@ def test_idle_slots_plan_further_in_plan_order() -> None:
         assert size == 32
         assert sorted(j for _, pos, _ in groups for j in pos) == list(range(32)), k
     assert pf.wanted == _first_use(cat, batches)
+
+
+def test_each_batch_plans_at_most_one_step_further() -> None:
+    """A cold start with a window far larger than a step: each batch handed out plans at most
+    ``_FURTHER_STEP`` samples more (planning all of ``FURTHER * ahead`` at once held the
+    caller's event loop for 210 ms at ten million samples), and the window still grows to it."""
+    cat = _Catalog(np.full(1000, 100))
+    batches = [np.arange(32 * k, 32 * k + 32, dtype=np.int64) % 100_000 for k in range(6000)]
+    pf = _Prefetch()
+    ahead = 20_000
+    la = Lookahead(iter(batches), cat, pf, ahead=ahead, further=FURTHER)  # type: ignore[arg-type]
+    seen = []
+    for _ in range(8):
+        before = la.queued
+        next(la)
+        seen.append(la.queued)
+        # the window's opening (256 samples, first batch only) and a step, to a whole batch
+        assert la.queued - before <= (256 if not seen[:-1] else 0) + _FURTHER_STEP + 32, seen
+    assert seen[0] >= _FURTHER_STEP, seen  # the first batch did plan a step
+    assert seen[-1] == FURTHER * ahead - 32, seen  # the full window (less the batch handed out)
 
 
 @pytest.mark.parametrize(

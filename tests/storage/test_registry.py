@@ -52,3 +52,20 @@ def test_retry_policy_validation() -> None:
         RetryPolicy(attempts=0)
     with pytest.raises(ConfigError, match=r"RetryPolicy\.deadline must be > 0, got -1"):
         RetryPolicy(deadline=-1)
+
+
+def test_preload_imports_the_backends_of_the_remote_urls_only() -> None:
+    """What an async ``open`` runs in a thread first, in a fresh interpreter: the S3 backend
+    is imported, the GCS one is not, and what is not a known URL is skipped."""
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from astream.storage.registry import preload_backends\n"
+        "preload_backends(['s3://b/x', None, 7, '', 'ftp://x/y'])\n"
+        "print([m in sys.modules for m in "
+        "('astream.storage.s3', 'astream.storage.gcshmac', 'astream.storage.azure')])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "[True, False, False]", out.stdout
