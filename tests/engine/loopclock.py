@@ -48,18 +48,21 @@ def hot_epoch(path: str, **kw: Any) -> Callable[[], Awaitable[int]]:
     return main
 
 
-def cold_epoch(remote: str, local: str) -> Callable[[], Awaitable[int]]:
-    """``open`` (in a fresh interpreter: the store's SDK imported then), a shuffled epoch with
-    every shard downloaded during it, and checkpoints along the way."""
+def cold_epoch(
+    remote: str, local: str, picks: list[int] | None = None, every: int = 5_000
+) -> Callable[[], Awaitable[int]]:
+    """``open`` (in a fresh interpreter: the store's SDK imported then), ``aget_many(picks)``,
+    a shuffled epoch with every shard downloaded during it, and a checkpoint every ``every``
+    batches; returns the samples read."""
 
     async def main() -> int:
         ds = await AsyncStreamingDataset.open(
             remote=remote, local=local, batch_size=25_000, shuffle=True
         )
-        got = 0
+        got = len(await ds.aget_many(picks)) if picks else 0
         async for batch in ds.aiter(batch_size=64):
             got += len(batch)
-            if got % (64 * 5_000) == 0:
+            if got % (64 * every) == 0:
                 ds.state_dict()
         ds.state_dict()
         return got

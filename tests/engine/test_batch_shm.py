@@ -104,22 +104,8 @@ KILL_SCRIPT = """
 import gc, os, signal, sys
 from torch.utils.data import DataLoader
 from astream import StreamingDataset
-from astream.torch import shm
-made = [0]
-def dying(method):
-    # worker 0 dies on its third batch, its slot filled and not handed over yet. A worker
-    # killed from outside at a random instant may die inside torch's done_event.is_set(),
-    # holding a lock the main process then waits on forever (torch's hang, not astream's);
-    # here it dies in astream's code, where it holds no lock the main process takes.
-    def run(self, *args):
-        out = method(self, *args)
-        made[0] += 1
-        if self.worker == 0 and made[0] == 3:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return out
-    return run
-shm.WorkerRing.finish = dying(shm.WorkerRing.finish)
-shm.WorkerRing.put = dying(shm.WorkerRing.put)
+from tests.engine.dying import kill_worker_0_at_its_third_batch
+kill_worker_0_at_its_third_batch()  # see tests/engine/dying.py
 ds = StreamingDataset(local=sys.argv[1], batch_size=8, shuffle=True)
 ld = DataLoader(ds.batch_view("torch"), batch_size=None, num_workers=2)
 it = iter(ld)

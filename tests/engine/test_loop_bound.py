@@ -15,7 +15,6 @@ import random
 import subprocess
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import pytest
 from astream import MDSWriter
 from astream.aio import AsyncStreamingDataset
 
-from .loopclock import hot_epoch, longest
+from .loopclock import cold_epoch, hot_epoch, longest
 
 BOUND_S = 0.020  # docs/async.md: astream holds the loop at most 20 ms at a time
 
@@ -128,23 +127,10 @@ def test_a_cold_s3_epoch_random_reads_and_checkpoints_hold_the_loop_at_most_20ms
     rng = random.Random(0)
     picks = [rng.randrange(200_000) for _ in range(2_000)]
 
-    def cold(k: int) -> Callable[[], Awaitable[int]]:
-        async def main() -> int:
-            local = str(tmp_path / f"cache{k}")
-            ds = await AsyncStreamingDataset.open(
-                remote=url, local=local, batch_size=25_000, shuffle=True
-            )
-            got = len(await ds.aget_many(picks))
-            async for batch in ds.aiter(batch_size=64):
-                got += len(batch)
-                if got % (64 * 500) == 0:
-                    ds.state_dict()
-            ds.state_dict()
-            return got
-
-        return main
-
-    tries = [longest(cold(k), 202_000) for k in range(2)]
+    tries = [
+        longest(cold_epoch(url, str(tmp_path / f"cache{k}"), picks, every=500), 202_000)
+        for k in range(2)
+    ]
     assert min(tries) < BOUND_S, tries
 
 
