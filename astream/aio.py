@@ -33,6 +33,13 @@ from astream.writer.aio import AsyncMDSWriter
 __all__ = ["AsyncMDSWriter", "AsyncStreamingDataset"]
 
 
+def _preload(urls: list[Any]) -> None:
+    """The modules a build imports on first use (its remotes' backends, the packing setup),
+    imported here in a thread rather than on the caller's loop."""
+    preload_backends(urls)
+    import astream.packing  # noqa: F401
+
+
 class AsyncStreamingDataset(StreamingCore):
     """The torch-free dataset for asyncio programs (arguments: ``StreamingDataset``'s)."""
 
@@ -42,7 +49,7 @@ class AsyncStreamingDataset(StreamingCore):
         self = cls.__new__(cls)
         urls = [kwargs.get("remote")]
         urls += [getattr(s, "remote", None) for s in kwargs.get("streams") or ()]
-        await asyncio.to_thread(preload_backends, urls)  # an SDK's import: tens of ms
+        await asyncio.to_thread(_preload, urls)  # an SDK's import: tens of ms
         steps = self._build(cls._arguments(kwargs))
         before = loop_store_keys()
         try:

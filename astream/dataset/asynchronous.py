@@ -190,10 +190,21 @@ class _AsyncAccess:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"concurrency must be an int >= 1, got {concurrency!r}")
         ids = [int(i) for i in indices]
-        sem = asyncio.Semaphore(concurrency)
+        out: list[Any] = [None] * len(ids)
+        todo = iter(range(len(ids)))
 
-        async def one(i: int) -> Any:
-            async with sem:
-                return await self.aget(i, io=io)
+        # ``concurrency`` readers taking the next index in turn: a task per reader, not per
+        # index (2,000 tasks made in one go held the caller's loop for tens of ms)
+        async def reader() -> None:
+            for k in todo:
+                out[k] = await self.aget(ids[k], io=io)
 
-        return list(await asyncio.gather(*(one(i) for i in ids)))
+        tasks = [asyncio.ensure_future(reader()) for _ in range(min(concurrency, len(ids)))]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()  # the first error ends the call: no reader goes on in the background
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        return out

@@ -497,3 +497,42 @@ def test_async_epoch_and_writer_under_uvloop(local_dataset: Any, tmp_path: Any) 
     assert loop_module.startswith("uvloop")
     assert got == want and picks == [3, 1, 2]
     assert len(StreamingDataset(local=str(tmp_path / "w"), batch_size=2)) == 10
+
+
+def test_aget_many_reads_at_most_concurrency_at_once_and_stops_at_the_first_error(
+    local_dataset: Any,
+) -> None:
+    path, _ = local_dataset
+
+    async def main() -> tuple[list[int], int, list[int], str]:
+        ds = await AsyncStreamingDataset.open(local=path, batch_size=8)
+        real = ds.aget
+        live, peak, started = [0], [0], []
+
+        async def tracked(i: int, **kw: Any) -> Any:
+            started.append(i)
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+            try:
+                await asyncio.sleep(0.002)
+                if i == 10**9:
+                    raise IndexError(f"sample {i} is past the end")
+                return await real(i, **kw)
+            finally:
+                live[0] -= 1
+
+        ds.aget = tracked  # type: ignore[method-assign]
+        got = [int(s["label"]) for s in await ds.aget_many(range(40), concurrency=3)]
+        first_peak = peak[0]
+        started.clear()
+        try:
+            await ds.aget_many([1, 2, 10**9, *range(3, 60)], concurrency=2)
+        except IndexError as exc:
+            err = str(exc)
+        await asyncio.sleep(0.05)  # a reader left running would start more reads meanwhile
+        return got, first_peak, list(started), err
+
+    got, peak, started, err = asyncio.run(main())
+    assert got == list(range(40)) and peak == 3
+    assert err == "sample 1000000000 is past the end"
+    assert started[:3] == [1, 2, 10**9] and len(started) <= 4, started  # the other reader's next
