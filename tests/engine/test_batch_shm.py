@@ -104,8 +104,8 @@ KILL_SCRIPT = """
 import gc, os, signal, sys
 from torch.utils.data import DataLoader
 from astream import StreamingDataset
-from tests.engine.dying import kill_worker_0_at_its_third_batch
-kill_worker_0_at_its_third_batch()  # see tests/engine/dying.py
+from tests.engine.dying import kill_worker_0_at_its_fourth_batch
+kill_worker_0_at_its_fourth_batch()  # see tests/engine/dying.py
 ds = StreamingDataset(local=sys.argv[1], batch_size=8, shuffle=True)
 ld = DataLoader(ds.batch_view("torch"), batch_size=None, num_workers=2)
 it = iter(ld)
