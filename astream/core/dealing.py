@@ -184,10 +184,25 @@ class EpochPlan:
 
         Padding reads real positions (see the module docstring), so every returned position is
         below ``num_samples``; the rank's last batch may be shorter than ``batch_size``.
+        ``batch`` must be one of the rank's batches (ConfigError otherwise): past them the
+        dealing formulas would give positions no rank reads.
         """
         _, c = self._deal(world, start)
         world.check_rank(global_rank)
+        self._check_batch(world, batch, start)
         return self._positions(world, global_rank, [batch], start, c)[0]
+
+    def _check_batch(self, world: World, batch: int, start: int) -> int:
+        """``batch`` as an int if it is a rank batch number from ``start`` (every rank has the
+        same count), else ConfigError naming the valid range."""
+        if isinstance(batch, (bool, np.bool_)) or not isinstance(batch, (int, np.integer)):
+            raise ConfigError(f"batch must be an int, got {type(batch).__name__} {batch!r}")
+        nb = self._rank_batches(world, start)
+        if not 0 <= batch < nb:
+            raise ConfigError(
+                f"batch must be in [0, {nb}) (the rank's batches from start={start}), got {batch}"
+            )
+        return int(batch)
 
     def rank_positions_span(
         self, world: World, global_rank: int, j0: int, j1: int, start: int = 0

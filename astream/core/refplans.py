@@ -464,8 +464,9 @@ class _ReferenceWorkPlan(EpochPlan):
 
     def rank_positions(self, world: World, global_rank: int, batch: int, start: int = 0) -> I64:
         world.check_rank(global_rank)
+        j = self._check_batch(world, batch, start)  # a negative one would index from the end
         rows, pos = self._rank_rows(world, global_rank, start)
-        out: I64 = pos[batch][rows[batch] >= 0]
+        out: I64 = pos[j][rows[j] >= 0]
         return out
 
     def rank_positions_span(

@@ -8,6 +8,8 @@ Expected values are written out from the rules in dealing.py's and order.py's do
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -199,3 +201,50 @@ def test_rank_positions_span_is_the_batches_concatenated(world: World) -> None:
     # resuming: the same rule from the resume position
     each = [p.rank_positions(world, 0, j, 5).tolist() for j in range(2)]
     assert p.rank_positions_span(world, 0, 0, 2, 5).tolist() == each[0] + each[1]
+
+
+# -- rank_positions refuses a batch the rank does not have -----------------------------------
+
+
+def test_rank_positions_refuses_a_batch_past_the_ranks_batches() -> None:
+    # device_per_stream resumed at the epoch's end: no batch left, so batch 1 of slot 0 is
+    # not a pad of a real chunk (the formulas would read chunk 5, position 10, past the end)
+    p = device_plan()
+    w = World(1, 4, 1)
+    assert p.rank_num_samples(w, 0, 10) == 0
+    for batch in (0, 1):
+        want = rf"^batch must be in \[0, 0\) \(the rank's batches from start=10\), got {batch}$"
+        with pytest.raises(ConfigError, match=want):
+            p.rank_positions(w, 0, batch, 10)
+    assert p.rank_positions(w, 0, 1).tolist() == [8, 9]  # the last batch from the start
+    with pytest.raises(ConfigError, match=r"^batch must be in \[0, 2\) .*start=0\), got 2$"):
+        p.rank_positions(w, 0, 2)
+
+
+@pytest.mark.parametrize(
+    ("batch", "start", "nb"),
+    [(-1, 0, 10), (10, 0, 10), (11, 0, 10), (np.int64(10), 0, 10), (-1, 42, 3), (3, 42, 3),
+     (np.uint64(3), 42, 3)],
+)  # fmt: skip
+def test_rank_positions_refuses_out_of_range_batches(batch: int, start: int, nb: int) -> None:
+    # 59 samples on 2 ranks: 30 per rank (one pad), 10 batches of 3; resuming at 42: 17 left,
+    # 9 per rank, 3 batches
+    p = plan([15, 14, 17, 13], batch_size=3, num_canonical_nodes=2)
+    w = World(1, 2, 1)
+    assert -(-p.rank_num_samples(w, 1, start) // 3) == nb
+    last = p.rank_positions(w, 1, nb - 1, start).tolist()
+    assert len(last) == 3 and max(last) < 59  # the last batch is there, its pad a real one
+    want = rf"^batch must be in \[0, {nb}\) \(the rank's batches from start={start}\), got {batch}$"
+    with pytest.raises(ConfigError, match=want):
+        p.rank_positions(w, 1, batch, start)
+
+
+@pytest.mark.parametrize(
+    ("batch", "shown"),
+    [(1.0, "float 1.0"), ("1", "str '1'"), (True, "bool True"), (np.bool_(False), "bool np.False_"),
+     (None, "NoneType None")],
+)  # fmt: skip
+def test_rank_positions_batch_must_be_an_integer(batch: object, shown: str) -> None:
+    p = plan([15, 14], batch_size=3)
+    with pytest.raises(ConfigError, match=rf"^batch must be an int, got {re.escape(shown)}$"):
+        p.rank_positions(World(1, 1, 1), 0, batch)  # type: ignore[arg-type]
