@@ -22,6 +22,8 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from astream.core.shard import header_size, parse_offsets
 from astream.errors import FormatError
 from astream.runtime.batch_groups import Groups
@@ -97,13 +99,14 @@ class RangeReads(EngineBase):
                 continue
             head = header_size(n)
             each = (entry.raw_data.bytes - head) / n
-            want = sorted(set(locals_))
-            first = want[0]
-            for k in range(1, len(want) + 1):
-                if k == len(want) or (want[k] - want[k - 1] - 1) * each >= _RANGE_GAP:
-                    ranged += (want[k - 1] + 1 - first) * each
-                    if k < len(want):
-                        first = want[k]
+            # runs of wanted samples, a new one wherever the gap to the previous is at least
+            # _RANGE_GAP bytes; vectorised: a first batch may want tens of thousands of samples
+            # here, on the caller's event loop in aiter
+            want = np.unique(np.asarray(locals_, np.int64))
+            cut = np.flatnonzero((np.diff(want) - 1) * each >= _RANGE_GAP)
+            starts = want[np.concatenate(([0], cut + 1))]
+            ends = want[np.concatenate((cut, [len(want) - 1]))]
+            ranged += int((ends + 1 - starts).sum()) * each
             ranged += head  # its header, read first
             whole += entry.raw_data.bytes
         return ranged <= self.range_share * whole
