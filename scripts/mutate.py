@@ -3,6 +3,7 @@
     bash scripts/mutate.sh astream/core/eviction.py [more modules]   # one or more modules
     bash scripts/mutate.sh --all                                     # every module in TARGETS
     bash scripts/mutate.sh --report                                  # re-summarise only
+    bash scripts/mutate.sh --resume astream/core/refplans.py         # finish a stopped run
 
 For each module, a scratch copy of the tree (``.mutate/``, ignored by git) gets a
 ``[tool.mutmut]`` section naming that module and the tests that guard it (``TARGETS``), and
@@ -134,14 +135,61 @@ def _configure(work: Path, module: str, tests: list[str]) -> None:
     toml.write_text(text)
 
 
-def run_module(module: str, rev: str | None, children: int) -> dict[str, str]:
+def _resume_tree(work: Path, module: str) -> int:
+    """Prepare a stopped run in ``work`` to go on: its ``killed`` verdicts stand, every other
+    verdict (survived, timed out, not run) is judged again, by the checkout's current tests.
+
+    A killed verdict stays true when tests are only added, so this is refused unless the
+    module's source in ``work`` is byte-identical to the checkout's. Returns the number of
+    verdicts kept."""
+    meta = work / "mutants" / (module + ".meta")
+    if not meta.exists():
+        raise SystemExit(f"mutate: --resume: no stopped run of {module} in {work}")
+    if (work / module).read_bytes() != (ROOT / module).read_bytes():
+        raise SystemExit(
+            f"mutate: --resume: {module} changed since the run in {work} began; run it afresh"
+        )
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z", "tests"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    for rel in filter(None, files.split("\0")):
+        src = ROOT / rel
+        if not src.is_file():
+            continue
+        for dst in (work / rel, work / "mutants" / rel):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    data = json.loads(meta.read_text())
+    codes = data["exit_code_by_key"]
+    kept = 0
+    for key, code in codes.items():
+        if code == 1:  # pytest exit 1: a test failed, the mutant was killed
+            kept += 1
+        else:
+            codes[key] = None
+    meta.write_text(json.dumps(data))
+    return kept
+
+
+def run_module(
+    module: str, rev: str | None, children: int, resume: bool = False
+) -> dict[str, str]:
     if module not in TARGETS:
         raise SystemExit(
             f"mutate: {module!r} is not in TARGETS (scripts/mutate.py): {sorted(TARGETS)}"
         )
     work = WORK / module.replace("/", "_")
-    _copy_tree(work, rev)
-    _configure(work, module, TARGETS[module])
+    kept = None
+    if resume:
+        if rev is not None:
+            raise SystemExit("mutate: --resume goes on with the working tree; drop --rev")
+        kept = _resume_tree(work, module)
+    else:
+        _copy_tree(work, rev)
+        _configure(work, module, TARGETS[module])
     mutmut = Path(sys.executable).parent / "mutmut"
     t0 = time.monotonic()
     tools = str(ROOT / ".tools" / "node_modules" / ".bin")  # Azurite (setup.sh --emulators)
@@ -182,6 +230,13 @@ def run_module(module: str, rev: str | None, children: int) -> dict[str, str]:
     lines = [
         f"# {module} ({what}): mutmut 3 over {' '.join(TARGETS[module])}",
         f"# ran in {time.monotonic() - t0:.0f} s",
+    ]
+    if kept is not None:
+        lines.append(
+            f"# resumed: {kept} killed verdicts kept from the stopped run (same source);"
+            " every other mutant judged by the current tests"
+        )
+    lines += [
         "",
     ]
     lines += [f"{k}: {v}" for k, v in sorted(verdicts.items())]
@@ -230,7 +285,11 @@ def write_readme(rows: list[tuple[str, int, int, int, int, float]]) -> None:
         "```text",
         "bash scripts/mutate.sh astream/core/eviction.py",
         "bash scripts/mutate.sh --all",
+        "bash scripts/mutate.sh --resume astream/core/refplans.py   # finish a stopped run",
         "```",
+        "",
+        "`--resume` keeps a stopped run's killed verdicts (refused if the module's source",
+        "changed since) and judges every other mutant with the current tests.",
         "",
         "`<module>.txt` holds every mutant's verdict and the commit and tests it ran with;",
         "`<module>.survivors.diff` shows each mutant that was not killed. A survivor is either",
@@ -258,6 +317,11 @@ def main() -> None:
     ap.add_argument("modules", nargs="*", help="paths such as astream/core/eviction.py")
     ap.add_argument("--all", action="store_true", help="every module in TARGETS")
     ap.add_argument("--report", action="store_true", help="only print the table")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with a stopped run in .mutate/: keep its killed verdicts, judge the rest",
+    )
     ap.add_argument("--rev", help="mutate the tree of this commit (default: the working tree)")
     ap.add_argument(
         "--children",
@@ -272,7 +336,7 @@ def main() -> None:
     if not modules and not a.report:
         ap.error("name at least one module, or --all / --report")
     for module in modules:
-        run_module(module, a.rev, a.children)
+        run_module(module, a.rev, a.children, a.resume)
     rows = report()
     write_readme(rows)
     print(f"{'module':40} {'mutants':>8} {'killed':>7} {'equiv':>6} {'survived':>9} {'score':>6}")
