@@ -342,6 +342,16 @@ class _UnshuffledPlan(_ReferencePlan):
         return super().locality_bound()
 
 
+def _rows_of(work: I64, world: World, rank: int) -> I64:
+    """``rank``'s batches of a work array (nodes, ranks, workers, batches, batch) in the order
+    it reads them: batch ``j`` is worker ``j % W``'s batch ``j // W``."""
+    node, local = divmod(rank, world.ranks_per_node)
+    w, b = world.workers_per_rank, work.shape[3]
+    # the row width named (not -1): an epoch may have no batch at all
+    rows: I64 = work[node, local].transpose(1, 0, 2).reshape(w * b, work.shape[4])
+    return rows
+
+
 class _ReferenceWorkPlan(EpochPlan):
     """The reference's ``stratified``, ``per_stream`` or ``device_per_stream`` batching under
     one of its algorithms: its whole work array (nodes, ranks, workers, batches, batch) for a
@@ -438,16 +448,17 @@ class _ReferenceWorkPlan(EpochPlan):
     def _rank_rows(self, world: World, rank: int, start: int) -> tuple[I64, I64]:
         """(rows, their positions) of ``rank``'s batches in order, -1 kept."""
         self._deal(world, start)
-        work = self._work(world, start)
-        node, local = divmod(rank, world.ranks_per_node)
-        w, b = world.workers_per_rank, work.shape[3]
-        # batch j = b * W + w; the row width named (not -1): an epoch may have no batch at all
-        rows = work[node, local].transpose(1, 0, 2).reshape(w * b, work.shape[4])
+        rows = _rows_of(self._work(world, start), world, rank)
+        return rows, self._row_positions(world, rank, start, len(rows))
+
+    def _row_positions(self, world: World, rank: int, start: int, batches: int) -> I64:
+        """Positions of ``rank``'s first ``batches`` batches: batch ``j`` resumed at ``start``
+        is global batch ``start // GB + j``, as the reference drops whole global batches."""
         gbs = self.batch_size * world.num_ranks
-        j = np.arange(w * b, dtype=np.int64)
+        j = np.arange(batches, dtype=np.int64)
         base = (start // gbs + j) * gbs + rank * self.batch_size
-        pos = base[:, None] + np.arange(self.batch_size, dtype=np.int64)[None, :]
-        return rows, pos
+        pos: I64 = base[:, None] + np.arange(self.batch_size, dtype=np.int64)[None, :]
+        return pos
 
     def rank_num_samples(self, world: World, global_rank: int, start: int = 0) -> int:
         world.check_rank(global_rank)
@@ -459,8 +470,9 @@ class _ReferenceWorkPlan(EpochPlan):
         return int(np.count_nonzero(self._work(world, start) >= 0))
 
     def _rank_batches(self, world: World, start: int) -> int:
-        rows, _ = self._rank_rows(world, 0, start)
-        return len(rows)
+        self._deal(world, start)
+        work = self._work(world, start)
+        return int(work.shape[2] * work.shape[3])  # every rank: workers x batches per worker
 
     def rank_positions(self, world: World, global_rank: int, batch: int, start: int = 0) -> I64:
         world.check_rank(global_rank)
@@ -514,6 +526,7 @@ class _RedealPlan(_ReferenceWorkPlan):
         self._gbs = None
         self._world = World(1, 1, 1)
         self._cache: dict[tuple[int, int, int, int], I64] = {}
+        self._label_cache: dict[tuple[int, int, int, int], I64] = {}
 
     def _work(self, world: World, start: int) -> I64:
         key = (world.num_nodes, world.ranks_per_node, world.workers_per_rank, start)
@@ -533,3 +546,48 @@ class _RedealPlan(_ReferenceWorkPlan):
         work = idx if table is None else np.where(idx >= 0, table[np.maximum(idx, 0)], -1)
         self._cache = {key: work.astype(np.int64, copy=False)}
         return self._cache[key]
+
+    def _row_positions(self, world: World, rank: int, start: int, batches: int) -> I64:
+        """Positions of ``rank``'s batches in the re-deal's sequence from the epoch's start
+        (what :meth:`ids_at` reads), padding included, -1 where the rank has no sample.
+
+        The re-deal walks the initial World's partition in order (``P`` initial nodes, ``R``
+        ranks each, initial per-rank batch ``b0 = GB / (P * R)``). From the start, canonical
+        position ``q`` is node ``q % P``'s column ``c = q // P``, which is rank ``c % R``'s
+        sample ``k = c // R``: global batch ``k // b0``, slot ``k % b0``, so its place is
+        ``((k // b0 * P + q % P) * R + c % R) * b0 + k % b0``. A resume drops the first
+        ``start // P`` columns of every node, which shifts ranks and batches; so each slot's
+        ``q`` is read off a partition of an epoch of distinct labels (``ncn * width`` samples,
+        where the canonical index is a bijection) dealt exactly as the real one, and placed by
+        that formula. A padding slot names the ``q`` it repeats. Before the first dropped column
+        the layout is the one from the start, and each slot is its own place, padding too."""
+        if start < self._initial:
+            return super()._row_positions(world, rank, start, batches)
+        labels = _rows_of(self._labels(world, start), world, rank)[:batches]
+        ncn = self.num_canonical_nodes
+        width = refshuffle.canonical_layout(self._base._n, ncn, self._initial)[0]
+        p, r = self._initial, world.ranks_per_node
+        b0 = self.batch_size * world.num_ranks // (p * r)
+        real = np.maximum(labels, 0)
+        q = (real % width) * ncn + real // width  # canonical_index's inverse at n = ncn * width
+        c = q // p
+        k = c // r
+        place = ((k // b0 * p + q % p) * r + c % r) * b0 + k % b0
+        out: I64 = np.where(labels >= 0, place, -1)
+        return out
+
+    def _labels(self, world: World, start: int) -> I64:
+        """The re-deal's partition for ``(world, start)`` over distinct labels (see
+        :meth:`_row_positions`): the real one's shape, fillers and padding, cached as it is."""
+        key = (world.num_nodes, world.ranks_per_node, world.workers_per_rank, start)
+        hit = self._label_cache.get(key)
+        if hit is not None:
+            return hit
+        ncn = self.num_canonical_nodes
+        n = ncn * refshuffle.canonical_layout(self._base._n, ncn, self._initial)[0]
+        labels = refbatching.partition(
+            "relaxed", n, ncn, world.num_nodes, world.ranks_per_node, world.workers_per_rank,
+            self.batch_size, start, self._initial,
+        ).astype(np.int64, copy=False)  # fmt: skip
+        self._label_cache = {key: labels}
+        return labels

@@ -137,7 +137,7 @@ def test_reference_plan_rank_answers_match_the_reference(k: int) -> None:
 
 
 _REDEAL, _REDEAL_META = _load("redeal")
-# from the start and resumed at a whole global batch (72); at 37 see the xfail below
+# from the start and resumed at a whole global batch (72); at 37 see below
 REDEAL_CASES = [
     k
     for k, c in enumerate(_REDEAL_META["cases"])
@@ -152,17 +152,34 @@ def test_redeal_rank_answers_match_the_reference(k: int) -> None:
     check_rank_answers(p, _REDEAL[str(k)].astype(np.int64), c["shape"], c["start"], nb_all=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: resuming a re-deal inside a global batch, rank_positions counts whole "
-    "global batches from the start while the re-deal drops start rounded to the initial nodes "
-    "(worker_batches is right; the planner's positions are not)",
+@pytest.mark.parametrize(
+    "k", [k for k, c in enumerate(_REDEAL_META["cases"]) if c["start"] % 72]
 )
-def test_redeal_rank_answers_resumed_inside_a_global_batch() -> None:
-    k = next(k for k, c in enumerate(_REDEAL_META["cases"]) if c["start"] == 37)
+def test_redeal_rank_answers_resumed_inside_a_global_batch(k: int) -> None:
+    # the re-deal drops start rounded down to the initial nodes (not whole global batches):
+    # each slot's position is where its sample sits in the sequence from the epoch's start
     c = _REDEAL_META["cases"][k]
+    assert c["start"] % (c["batch"] * c["shape"][0] * c["shape"][1])  # inside a global batch
     p = case_plan(c, _REDEAL_META["streams"], initial_physical_nodes=c["initial_physical_nodes"])
     check_rank_answers(p, _REDEAL[str(k)].astype(np.int64), c["shape"], c["start"], nb_all=True)
+
+
+@pytest.mark.parametrize("k", [k for k, c in enumerate(_REDEAL_META["cases"]) if not c["start"]])
+def test_redeal_from_the_start_reads_each_global_batch_rank_by_rank(k: int) -> None:
+    # from the start, rank r's batch j is slice r of global batch j: the same positions as
+    # every other reference plan's, whatever the initial World's layout was
+    c = _REDEAL_META["cases"][k]
+    p = case_plan(c, _REDEAL_META["streams"], initial_physical_nodes=c["initial_physical_nodes"])
+    world = World(*c["shape"])
+    bs, ranks = c["batch"], world.num_ranks
+    want = _REDEAL[str(k)].astype(np.int64)
+    w = world.workers_per_rank
+    for rank in range(ranks):
+        per = want[rank // world.ranks_per_node, rank % world.ranks_per_node]
+        for j in range(w * per.shape[1]):
+            slots = np.flatnonzero(per[j % w, j // w] >= 0)  # -1: a slot with no sample
+            got = p.rank_positions(world, rank, j).tolist()
+            assert got == ((j * ranks + rank) * bs + slots).tolist(), (rank, j)
 
 
 def test_redeal_answers_follow_each_world_and_start_in_turn() -> None:
