@@ -139,15 +139,29 @@ def _resume_tree(work: Path, module: str) -> int:
     """Prepare a stopped run in ``work`` to go on: its ``killed`` verdicts stand, every other
     verdict (survived, timed out, not run) is judged again, by the checkout's current tests.
 
-    A killed verdict stays true when tests are only added, so this is refused unless the
-    module's source in ``work`` is byte-identical to the checkout's. Returns the number of
-    verdicts kept."""
+    A killed verdict stays true when tests are only added, so this is refused unless every
+    file of the package in ``work`` is byte-identical to the checkout's (the tests run the
+    mutant beside the rest of the package). Returns the number of verdicts kept."""
     meta = work / "mutants" / (module + ".meta")
     if not meta.exists():
         raise SystemExit(f"mutate: --resume: no stopped run of {module} in {work}")
-    if (work / module).read_bytes() != (ROOT / module).read_bytes():
+    package = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z", "astream"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    ours = {p for p in package.split("\0") if p.endswith(".py")}
+    theirs = {str(p.relative_to(work)) for p in (work / "astream").rglob("*.py")}
+    changed = sorted(
+        p
+        for p in ours | theirs
+        if p not in ours or p not in theirs or (work / p).read_bytes() != (ROOT / p).read_bytes()
+    )
+    if changed:
         raise SystemExit(
-            f"mutate: --resume: {module} changed since the run in {work} began; run it afresh"
+            f"mutate: --resume: {', '.join(changed)} changed since the run in {work} began;"
+            " run it afresh"
         )
     files = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z", "tests"],
@@ -174,9 +188,7 @@ def _resume_tree(work: Path, module: str) -> int:
     return kept
 
 
-def run_module(
-    module: str, rev: str | None, children: int, resume: bool = False
-) -> dict[str, str]:
+def run_module(module: str, rev: str | None, children: int, resume: bool = False) -> dict[str, str]:
     if module not in TARGETS:
         raise SystemExit(
             f"mutate: {module!r} is not in TARGETS (scripts/mutate.py): {sorted(TARGETS)}"
