@@ -131,6 +131,17 @@ def test_get_shuffle_is_int64_unless_compact(algo):
     assert refshuffle.get_shuffle(algo, [5, 6], 1, 0, 0, 8, compact=True).dtype == np.int32
 
 
+@pytest.mark.parametrize("algo", ["py1br", "py1s", "py2s", "naive", "py1e"])
+def test_each_algorithm_sizes_its_ids_by_the_epochs_total(algo, monkeypatch):
+    # the int32/int64 boundary moved down to 10 samples, where a test can cross it: an epoch
+    # of 11 samples needs the wide ids, one of 9 does not (at 2**31 the arrays would be GBs)
+    monkeypatch.setattr(refshuffle, "_ids_dtype", lambda n: np.int32 if n < 10 else np.int64)
+    wide = refshuffle.get_shuffle(algo, [5, 6], 1, 0, 0, 8, compact=True)
+    narrow = refshuffle.get_shuffle(algo, [4, 5], 1, 0, 0, 8, compact=True)
+    assert (wide.dtype, narrow.dtype) == (np.int64, np.int32)
+    assert sorted(wide.tolist()) == list(range(11)) and sorted(narrow.tolist()) == list(range(9))
+
+
 # -- empty inputs ----------------------------------------------------------------------------
 
 
@@ -139,6 +150,8 @@ def test_get_shuffle_is_int64_unless_compact(algo):
 def test_no_samples_give_an_empty_order(algo, sizes):
     got = refshuffle.get_shuffle(algo, sizes, 2, 0, 0, 8)
     assert got.dtype == np.int64 and got.shape == (0,)
+    compact = refshuffle.get_shuffle(algo, sizes, 2, 0, 0, 8, compact=True)
+    assert compact.dtype.kind == "i" and compact.shape == (0,)  # ids, never floats
 
 
 @pytest.mark.parametrize(("sizes", "ncn"), [([2], 3), ([], 1), ([0, 0], 2)])
