@@ -85,6 +85,8 @@ def partition(
 ) -> I64:
     """The reference's ``get_partitions`` (``orig``, or ``relaxed``: re-deals the initial
     World's partition when resuming on a World whose nodes do not divide the canonical ones)."""
+    if algo not in ("orig", "relaxed"):
+        raise ValueError(f"partition_algo={algo!r}: the reference has 'orig' and 'relaxed'")
     devices = pn * rpn
     if n + (devices - n % devices) < drop:
         raise ValueError(f"resuming at {drop}, past the epoch's {n} samples")

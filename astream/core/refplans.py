@@ -225,6 +225,7 @@ class _ReferencePlan(EpochPlan):
         if self._redealer is None:
             self._redealer = _RedealPlan(self, self._initial)
         self._redealing = True
+        self._redealer._world = world  # ids_at reads this World's sequence from now on
         return self._redealer
 
     def worker_batches(
@@ -515,16 +516,13 @@ class _RedealPlan(_ReferenceWorkPlan):
     World's ranks (:func:`refbatching.partition`), mapped through the epoch's table."""
 
     def __init__(self, base: _ReferencePlan, initial: int) -> None:
+        # only what the inherited answers read: the base plan answers everything else
         self._base = base
         self._initial = initial
-        self._shard_ends = base._shard_ends
         self.batch_size = base.batch_size
-        self.block_size = base.block_size
         self.num_canonical_nodes = base.num_canonical_nodes
-        self.partition_algo = base.partition_algo
-        self.batching_method = "random"
         self._gbs = None
-        self._world = World(1, 1, 1)
+        self._world: World  # the World last asked about: set by the base plan's _redeal
         self._cache: dict[tuple[int, int, int, int], I64] = {}
         self._label_cache: dict[tuple[int, int, int, int], I64] = {}
 
@@ -560,7 +558,8 @@ class _RedealPlan(_ReferenceWorkPlan):
         ``q`` is read off a partition of an epoch of distinct labels (``ncn * width`` samples,
         where the canonical index is a bijection) dealt exactly as the real one, and placed by
         that formula. A padding slot names the ``q`` it repeats. Before the first dropped column
-        the layout is the one from the start, and each slot is its own place, padding too."""
+        the layout is the one from the start, and each slot is its own place, padding too.
+        A filler's (-1) position means nothing: the callers drop it by its row."""
         if start < self._initial:
             return super()._row_positions(world, rank, start, batches)
         labels = _rows_of(self._labels(world, start), world, rank)[:batches]
@@ -568,13 +567,11 @@ class _RedealPlan(_ReferenceWorkPlan):
         width = refshuffle.canonical_layout(self._base._n, ncn, self._initial)[0]
         p, r = self._initial, world.ranks_per_node
         b0 = self.batch_size * world.num_ranks // (p * r)
-        real = np.maximum(labels, 0)
-        q = (real % width) * ncn + real // width  # canonical_index's inverse at n = ncn * width
+        q = (labels % width) * ncn + labels // width  # canonical_index's inverse, n = ncn * width
         c = q // p
         k = c // r
-        place = ((k // b0 * p + q % p) * r + c % r) * b0 + k % b0
-        out: I64 = np.where(labels >= 0, place, -1)
-        return out
+        place: I64 = ((k // b0 * p + q % p) * r + c % r) * b0 + k % b0
+        return place
 
     def _labels(self, world: World, start: int) -> I64:
         """The re-deal's partition for ``(world, start)`` over distinct labels (see
@@ -588,6 +585,6 @@ class _RedealPlan(_ReferenceWorkPlan):
         labels = refbatching.partition(
             "relaxed", n, ncn, world.num_nodes, world.ranks_per_node, world.workers_per_rank,
             self.batch_size, start, self._initial,
-        ).astype(np.int64, copy=False)  # fmt: skip
+        )  # fmt: skip
         self._label_cache = {key: labels}
         return labels

@@ -152,9 +152,7 @@ def test_redeal_rank_answers_match_the_reference(k: int) -> None:
     check_rank_answers(p, _REDEAL[str(k)].astype(np.int64), c["shape"], c["start"], nb_all=True)
 
 
-@pytest.mark.parametrize(
-    "k", [k for k, c in enumerate(_REDEAL_META["cases"]) if c["start"] % 72]
-)
+@pytest.mark.parametrize("k", [k for k, c in enumerate(_REDEAL_META["cases"]) if c["start"] % 72])
 def test_redeal_rank_answers_resumed_inside_a_global_batch(k: int) -> None:
     # the re-deal drops start rounded down to the initial nodes (not whole global batches):
     # each slot's position is where its sample sits in the sequence from the epoch's start
@@ -341,3 +339,68 @@ def test_reference_refusals_say_why() -> None:
         "the reference cannot pad 3 samples over 1 canonical nodes for 4 physical nodes "
         "(too few samples per canonical node)"
     )
+
+
+# (shard sizes, canonical nodes, initial nodes, World, batch size): the re-deal's own answers
+# agree with each other on Worlds and resume positions the goldens do not reach, among them
+# fewer canonical than initial nodes (a padded layout) and every start up to two global batches
+_REDEALS = [
+    ([7, 130, 1, 65], 2, 2, (3, 2, 2), 4),
+    ([7, 130, 1, 66], 2, 4, (3, 2, 1), 4),  # 204 samples: 51 a node of 4, padded to 52
+    ([50, 51], 2, 4, (3, 1, 2), 4),
+    ([29], 2, 1, (3, 1, 1), 2),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_REDEALS)))
+def test_redeal_positions_read_what_the_workers_read_from_every_start(case: int) -> None:
+    sizes, ncn, initial, shape, bs = _REDEALS[case]
+    world = World(*shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan_epoch(
+            [StreamSpec(np.array(sizes, np.int64))], seed=5, epoch=1, num_canonical_nodes=ncn,
+            batch_size=bs, shuffle=True, shuffle_algo="py1s", partition_algo="relaxed",
+            initial_physical_nodes=initial,
+        )  # fmt: skip
+    gbs = bs * world.num_ranks
+    w = world.workers_per_rank
+    starts = [s for s in [*range(2 * gbs + 1), 5 * gbs + 1] if s < sum(sizes)]
+    for start in [*starts, 0]:  # one plan asked in turn
+        for rank in range(world.num_ranks):
+            per = [list(p.worker_batches(world, rank, k, start)) for k in range(w)]
+            got = []
+            j = 0
+            while j < w * len(per[0]) or j < w * len(per[-1]):
+                if j // w < len(per[j % w]):
+                    pos = p.rank_positions(world, rank, j, start)
+                    got.append((p.ids_at(pos).tolist(), per[j % w][j // w].tolist()))
+                j += 1
+            for have, want in got:
+                assert have == want, (start, rank)
+            span = p.rank_positions_span(world, rank, 0, j, start)
+            assert p.ids_at(span).tolist() == [x for k in range(j) for x in _row(per, k, w)]
+
+
+def _row(per: list[list[np.ndarray]], j: int, w: int) -> list[int]:
+    return per[j % w][j // w].tolist() if j // w < len(per[j % w]) else []
+
+
+def test_redeal_ids_follow_the_world_asked_even_when_its_rank_is_refused() -> None:
+    sizes, ncn, initial, shape, bs = _REDEALS[0]
+    p = plan_epoch(
+        [StreamSpec(np.array(sizes, np.int64))], seed=5, epoch=1, num_canonical_nodes=ncn,
+        batch_size=bs, shuffle=True, shuffle_algo="py1s", partition_algo="relaxed",
+        initial_physical_nodes=initial,
+    )  # fmt: skip
+    world = World(*shape)
+    pos = p.rank_positions(world, 1, 3)
+    want = p.ids_at(pos).tolist()
+    fresh = plan_epoch(
+        [StreamSpec(np.array(sizes, np.int64))], seed=5, epoch=1, num_canonical_nodes=ncn,
+        batch_size=bs, shuffle=True, shuffle_algo="py1s", partition_algo="relaxed",
+        initial_physical_nodes=initial,
+    )  # fmt: skip
+    with pytest.raises(ConfigError):
+        fresh.rank_num_samples(world, world.num_ranks)  # no such rank: nothing dealt yet
+    assert fresh.ids_at(pos).tolist() == want

@@ -73,3 +73,9 @@ def test_refusals_match_the_reference() -> None:
         ours = next(v for k, v in REFUSALS.items() if message.startswith(k))
         with pytest.raises(ValueError, match=ours):
             _partition(c)
+
+
+@pytest.mark.parametrize("algo", ["RELAXED", "", None])
+def test_an_unknown_partition_algo_is_refused(algo: object) -> None:
+    with pytest.raises(ValueError, match=r"^partition_algo=.*: the reference has 'orig' and"):
+        refbatching.partition(algo, 12, 2, 3, 1, 1, 4, 0, 2)  # type: ignore[arg-type]
