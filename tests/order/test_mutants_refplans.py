@@ -404,3 +404,64 @@ def test_redeal_ids_follow_the_world_asked_even_when_its_rank_is_refused() -> No
     with pytest.raises(ConfigError):
         fresh.rank_num_samples(world, world.num_ranks)  # no such rank: nothing dealt yet
     assert fresh.ids_at(pos).tolist() == want
+
+
+@pytest.mark.parametrize("sizes", [[[7, 130, 1, 65]], [[5, 6], [9, 1, 4]], [[12]]])
+@pytest.mark.parametrize("ncn", [1, 2, 3])
+def test_unshuffled_layout_reads_in_shard_runs_the_same_ids(sizes, ncn) -> None:
+    # shuffle=False under astream's algorithm: the plan also carries the layout as a SubPlan
+    # (the planner reads it in shard runs); both must name the same sample at each position
+    streams = [StreamSpec(np.array(s, np.int64)) for s in sizes]
+    p = plan_epoch(streams, seed=3, epoch=2, num_canonical_nodes=ncn, batch_size=4,
+                   shuffle=False, shuffle_algo="astream")  # fmt: skip
+    assert not p.reference and len(p._subs) == 1
+    pos = np.arange(p.num_samples, dtype=np.int64)
+    got = p._subs[0].ids_at(pos)
+    assert got.tolist() == p.ids_at(pos).tolist()
+    n = sum(map(sum, sizes))
+    assert sorted(set(got.tolist())) == list(range(n))  # index order: every sample, padded
+
+
+@pytest.mark.parametrize(("ncn", "nodes"), [(2, 4), (2, 2), (4, 2), (1, 3)])
+def test_initial_nodes_change_nothing_on_a_world_the_canonical_nodes_divide(ncn, nodes) -> None:
+    # the re-deal is only for Worlds whose nodes and canonical nodes do not divide each other
+    def plan(**kw: object) -> EpochPlan:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return plan_epoch(
+                [StreamSpec(np.array([7, 130, 1, 65], np.int64))], seed=3, epoch=1,
+                num_canonical_nodes=ncn, batch_size=4, shuffle=True, shuffle_algo="py1s",
+                partition_algo="relaxed", **kw,
+            )  # fmt: skip
+
+    a, b = plan(initial_physical_nodes=2), plan()
+    world = World(nodes, 2, 2)
+    for start in (0, 37):
+        for rank in range(world.num_ranks):
+            for j in range(4):
+                pa = a.rank_positions(world, rank, j, start)
+                assert pa.tolist() == b.rank_positions(world, rank, j, start).tolist()
+                assert a.ids_at(pa).tolist() == b.ids_at(pa).tolist()
+
+
+def test_before_any_world_ids_read_the_layout_of_up_to_ncn_nodes() -> None:
+    # one canonical node, 7 samples: the unwidened layout (7 positions, then again), not the
+    # one widened for two nodes (8 positions, the last repeating a sample)
+    p = plan_epoch(
+        [StreamSpec(np.array([3, 4], np.int64))], seed=3, epoch=0, num_canonical_nodes=1,
+        batch_size=2, shuffle=False, shuffle_algo="py1e",
+    )  # fmt: skip
+    assert p.num_samples == 7
+    assert p.ids_at(np.arange(16, dtype=np.int64)).tolist() == [*range(7), *range(7), 0, 1]
+
+
+def test_work_plans_answer_from_the_epochs_start_by_default() -> None:
+    # no start given: no resume, so no warning that a resume rounds down to a global batch
+    c = _BATCHING_META["cases"][0]
+    p = case_plan(c, _BATCHING_META["streams"])
+    world = World(*c["shape"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message="shuffle_block_size is smaller")
+        rows = [b.tolist() for b in p.worker_batches(world, 0, 0)]
+        assert rows == [b.tolist() for b in p.worker_batches(world, 0, 0, 0)]
