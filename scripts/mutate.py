@@ -90,6 +90,17 @@ TARGETS: dict[str, list[str]] = {
 STATUS_RE = re.compile(r"^\s*(\S+): (.+)$")
 
 
+def _checkout_files(*under: str) -> list[str]:
+    """The working tree's tracked and untracked-not-ignored files (under ``under``)."""
+    listing = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z", *under],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    return [rel for rel in listing.split("\0") if rel]
+
+
 def _copy_tree(dst: Path, rev: str | None) -> None:
     """The checkout's files copied to ``dst``: the tracked and untracked-not-ignored files of
     the working tree, or the tree of commit ``rev``."""
@@ -100,17 +111,7 @@ def _copy_tree(dst: Path, rev: str | None) -> None:
         archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True)
         subprocess.run(["tar", "-x", "-C", str(dst)], input=archive.stdout, check=True)
         return
-    files = (
-        subprocess.run(
-            ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-        )
-        .stdout.decode()
-        .split("\0")
-    )
-    for rel in filter(None, files):
+    for rel in _checkout_files():
         src = ROOT / rel
         if not src.is_file():
             continue
@@ -145,13 +146,7 @@ def _resume_tree(work: Path, module: str) -> int:
     meta = work / "mutants" / (module + ".meta")
     if not meta.exists():
         raise SystemExit(f"mutate: --resume: no stopped run of {module} in {work}")
-    package = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z", "astream"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    ).stdout.decode()
-    ours = {p for p in package.split("\0") if p.endswith(".py")}
+    ours = {p for p in _checkout_files("astream") if p.endswith(".py")}
     theirs = {str(p.relative_to(work)) for p in (work / "astream").rglob("*.py")}
     changed = sorted(
         p
@@ -163,13 +158,7 @@ def _resume_tree(work: Path, module: str) -> int:
             f"mutate: --resume: {', '.join(changed)} changed since the run in {work} began;"
             " run it afresh"
         )
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z", "tests"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    ).stdout.decode()
-    for rel in filter(None, files.split("\0")):
+    for rel in _checkout_files("tests"):
         src = ROOT / rel
         if not src.is_file():
             continue
