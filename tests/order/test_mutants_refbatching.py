@@ -213,3 +213,33 @@ def test_refusals_through_the_plan_name_the_method() -> None:
     want = r"^batching_method='per_stream': streams\[1\] does not fill one global batch of 64$"
     with pytest.raises(ConfigError, match=want):
         case_plan(c, _BATCHING_META["streams"], global_batch_size=None)
+
+
+@pytest.mark.parametrize("method", ["stratified", "per_stream", "device_per_stream"])
+def test_a_resume_at_a_whole_global_batch_is_not_said_to_round(
+    method: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    streams = [(np.array([16], np.int64), np.arange(16, dtype=np.int64))]
+    with warnings.catch_warnings(), caplog.at_level(logging.WARNING, logger=LOGGER):
+        warnings.simplefilter("error")
+        out = refbatching.batching_work(
+            method, streams, np.array([1.0]), shuffle=False, algo="py1e", seed=0, epoch=0,
+            block=64, ncn=1, pn=1, rpn=1, workers=1, bs=4, start=8, epoch_seed_change=False,
+        )  # fmt: skip
+    assert [m for m in dropped(caplog) if "resumes" in m] == []
+    real = [r for r in rows(out) if r != [-1] * 4]  # device_per_stream pads its node's batches
+    assert real == [[8, 9, 10, 11], [12, 13, 14, 15]]
+
+
+def test_a_block_that_rounds_to_nothing_names_its_stream() -> None:
+    # device_per_stream shuffles each stream in blocks of its share: stream 1's share of 64 is 0
+    streams = [
+        (np.array([99], np.int64), np.arange(99, dtype=np.int64)),
+        (np.array([1], np.int64), np.array([99], np.int64)),
+    ]
+    with pytest.raises(ValueError, match=r"^streams\[1\]: shuffle_block_size=64 x its proportion"):
+        refbatching.batching_work(
+            "device_per_stream", streams, np.array([0.99, 0.01]), shuffle=True, algo="py1e",
+            seed=0, epoch=0, block=64, ncn=1, pn=1, rpn=1, workers=1, bs=1, start=0,
+            epoch_seed_change=False,
+        )  # fmt: skip

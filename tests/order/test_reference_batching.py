@@ -66,3 +66,23 @@ def test_reference_refusals_are_config_errors() -> None:
     p = case_plan(c, _META["streams"], global_batch_size=64)
     with pytest.raises(ConfigError, match="global_batch_size=64 differs from batch_size x ranks"):
         p.worker_batches(World(1, 2, 1), 0, 0)
+
+
+_REDEAL = np.load(
+    os.path.join(os.path.dirname(__file__), "golden", "mosaic", "batching_redeal.npz")
+)
+_REDEAL_META = json.loads(str(_REDEAL["cases"]))
+REDEAL_CASES = list(enumerate(_REDEAL_META["cases"]))
+
+
+@pytest.mark.parametrize("case", REDEAL_CASES, ids=[_id(c) for c in REDEAL_CASES])
+def test_batching_methods_resumed_on_a_world_that_needs_a_redeal(case: tuple[int, dict]) -> None:
+    # per_stream partitions each stream on the World's nodes: 3 or 6 nodes after 2 or 4, with
+    # the checkpoint's initial_physical_nodes, re-dealt as the reference re-deals
+    # (scripts/gen_mosaic_batching_redeal_golden.py); stratified partitions for one node
+    k, c = case
+    p = case_plan(c, _REDEAL_META["streams"], initial_physical_nodes=c["initial_physical_nodes"])
+    want = _REDEAL[str(k)].astype(np.int64)
+    assert_reference_batches(p, want, c["shape"], c["start"])
+    world = World(*c["shape"])
+    assert np.array_equal(p._work(world, c["start"]), want)  # fillers (-1) where the reference's
