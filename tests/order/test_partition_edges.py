@@ -79,3 +79,10 @@ def test_refusals_match_the_reference() -> None:
 def test_an_unknown_partition_algo_is_refused(algo: object) -> None:
     with pytest.raises(ValueError, match=r"^partition_algo=.*: the reference has 'orig' and"):
         refbatching.partition(algo, 12, 2, 3, 1, 1, 4, 0, 2)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("ncn", "nodes"), [(2, 3), (3, 2), (4, 6)])
+def test_nodes_and_canonical_nodes_that_do_not_divide_are_refused(ncn: int, nodes: int) -> None:
+    want = f"^num_canonical_nodes={ncn} and num_nodes={nodes}: one must divide the other$"
+    with pytest.raises(ValueError, match=want):
+        refbatching.partition("orig", 12, ncn, nodes, 1, 1, 4)
