@@ -465,3 +465,18 @@ def test_work_plans_answer_from_the_epochs_start_by_default() -> None:
         warnings.filterwarnings("ignore", message="shuffle_block_size is smaller")
         rows = [b.tolist() for b in p.worker_batches(world, 0, 0)]
         assert rows == [b.tolist() for b in p.worker_batches(world, 0, 0, 0)]
+        assert p.padded_num_samples(world) == p.padded_num_samples(world, 0)
+
+
+@pytest.mark.parametrize(("shuffle", "choose"), [(True, None), (True, 150), (False, 150)])
+def test_the_id_table_is_int32_while_ids_fit(shuffle: bool, choose: int | None) -> None:
+    # the table holds one id per position: 4 bytes each while they fit (half the reference's),
+    # shuffled or resampled alike; the ids read through it are int64
+    s = StreamSpec(np.array([7, 130, 1, 65], np.int64), choose=choose)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = plan_epoch([s], seed=3, epoch=1, num_canonical_nodes=2, batch_size=4,
+                       shuffle=shuffle, shuffle_algo="py1s")  # fmt: skip
+    assert p._table is not None and p._table.dtype == np.int32
+    ids = p.ids_at(np.arange(p.num_samples, dtype=np.int64))
+    assert ids.dtype == np.int64 and ids.max() == p._table.max() and ids.max() > 62
