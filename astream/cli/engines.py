@@ -145,11 +145,19 @@ def _ray(args: argparse.Namespace, fmt: str) -> list[int]:
     import ray
     import ray.data
 
-    ray.data.DataContext.get_current().enable_progress_bars = _progress(args)
-    with _quiet_ray_console():
-        if not ray.is_initialized():
-            ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
-        return _ray_write(args, fmt)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = _progress(args)
+    # rows in input order: Ray Data hands blocks on as they finish unless told to keep their
+    # order, so a loaded machine could write the second file's rows first
+    kept = ctx.execution_options.preserve_order
+    ctx.execution_options.preserve_order = True
+    try:
+        with _quiet_ray_console():
+            if not ray.is_initialized():
+                ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
+            return _ray_write(args, fmt)
+    finally:
+        ctx.execution_options.preserve_order = kept
 
 
 def _ray_write(args: argparse.Namespace, fmt: str) -> list[int]:

@@ -175,13 +175,30 @@ class TestRay:
         code, err = cli("convert", empty, tmp_path / "o3", "--engine", "ray")
         _one_line_error(code, err, "is empty: no rows to write")
 
-    def test_cli_keeps_input_order(self, ray: Any, cli: Cli, tmp_path: Path) -> None:
+    def test_cli_keeps_input_order(
+        self, ray: Any, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from astream.cli import engines
+
+        # Ray Data keeps block order only when told: the write must run with preserve_order
+        # (without it a loaded machine wrote b.jsonl's rows first), and the caller's setting
+        # comes back after
+        seen = []
+        write = engines._ray_write
+
+        def recording(*a: Any) -> list[int]:
+            seen.append(ray.data.DataContext.get_current().execution_options.preserve_order)
+            return write(*a)
+
+        monkeypatch.setattr(engines, "_ray_write", recording)
         src = _two_files(tmp_path)
         out = tmp_path / "out"
         code, err = cli("convert", src, out, "--engine", "ray", "--format", "jsonl",
                         "--workers", "2", "--size-limit", "8kb")  # fmt: skip
         assert code == 0, err[-3000:]
         assert _ids(out) == list(range(3000))
+        assert seen == [True]
+        assert ray.data.DataContext.get_current().execution_options.preserve_order is False
 
     def test_empty_dataset(self, ray: Any, tmp_path: Path) -> None:
         from astream.ray import MDSDatasink
