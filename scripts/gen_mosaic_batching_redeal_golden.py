@@ -15,10 +15,10 @@ from __future__ import annotations
 
 try:
     import peer  # run as a script: scripts/ is sys.path[0]
-    from gen_mosaic_order_golden import BATCHING_STREAMS, _generic_work
+    from gen_mosaic_order_golden import BATCHING_STREAMS, _generic_work, reference_case
 except ImportError:  # imported by the tests as scripts.<name>, for its case table
     from scripts import peer
-    from scripts.gen_mosaic_order_golden import BATCHING_STREAMS, _generic_work
+    from scripts.gen_mosaic_order_golden import BATCHING_STREAMS, _generic_work, reference_case
 
 import json
 import os
@@ -40,21 +40,18 @@ def cases() -> list[dict]:
                 for streams in BATCHING_STREAMS:
                     for start in (0, 48):
                         out.append(
-                            {
-                                "algo": algo or "py1e",
-                                "shuffle": algo is not None,
-                                "ncn": ncn,
-                                "shape": list(shape),
-                                "epoch": 1,
-                                "start": start,
-                                "streams": streams,
-                                "block": 60,
-                                "seed": 43,
-                                "batching_method": method,
-                                "partition_algo": "relaxed",
-                                "batch": 8,
-                                "initial_physical_nodes": initial,
-                            }
+                            reference_case(
+                                algo,
+                                ncn,
+                                shape,
+                                1,
+                                start,
+                                streams,
+                                seed=43,
+                                batch=8,
+                                method=method,
+                                initial_physical_nodes=initial,
+                            )
                         )
     return out
 

@@ -394,22 +394,42 @@ def batching_cases() -> list[dict]:
                     for streams in BATCHING_STREAMS:
                         for epoch, start in ((0, 0), (1, 0), (1, 48)):
                             out.append(
-                                {
-                                    "algo": algo or "py1e",
-                                    "shuffle": algo is not None,
-                                    "ncn": ncn,
-                                    "shape": list(shape),
-                                    "epoch": epoch,
-                                    "start": start,
-                                    "streams": streams,
-                                    "block": 60,
-                                    "seed": 43,
-                                    "batching_method": method,
-                                    "partition_algo": "relaxed",
-                                    "batch": 8,
-                                }
+                                reference_case(
+                                    algo,
+                                    ncn,
+                                    shape,
+                                    epoch,
+                                    start,
+                                    streams,
+                                    seed=43,
+                                    batch=8,
+                                    method=method,
+                                )
                             )
     return out
+
+
+def reference_case(
+    algo: str | None, ncn: int, shape: tuple[int, int, int], epoch: int, start: int,
+    streams: str, *, seed: int, batch: int, method: str, **extra: object,
+) -> dict:  # fmt: skip
+    """One case of a batching golden's table (``algo`` None: unshuffled, recorded as py1e;
+    ``extra``: more settings, such as ``initial_physical_nodes``)."""
+    return {
+        "algo": algo or "py1e",
+        "shuffle": algo is not None,
+        "ncn": ncn,
+        "shape": list(shape),
+        "epoch": epoch,
+        "start": start,
+        "streams": streams,
+        "block": 60,
+        "seed": seed,
+        "batching_method": method,
+        "partition_algo": "relaxed",
+        "batch": batch,
+        **extra,
+    }
 
 
 def _batching() -> None:
@@ -442,21 +462,18 @@ def redeal_cases() -> list[dict]:
             for streams in UNEVEN_STREAMS:
                 for start in (0, 72, 37):
                     out.append(
-                        {
-                            "algo": algo or "py1e",
-                            "shuffle": algo is not None,
-                            "ncn": ncn,
-                            "shape": list(shape),
-                            "epoch": 1,
-                            "start": start,
-                            "streams": streams,
-                            "block": 60,
-                            "seed": 47,
-                            "batch": batch,
-                            "batching_method": "random",
-                            "partition_algo": "relaxed",
-                            "initial_physical_nodes": initial,
-                        }
+                        reference_case(
+                            algo,
+                            ncn,
+                            shape,
+                            1,
+                            start,
+                            streams,
+                            seed=47,
+                            batch=batch,
+                            method="random",
+                            initial_physical_nodes=initial,
+                        )
                     )
     return out
 
