@@ -432,11 +432,12 @@ def reference_case(
     }
 
 
-def _batching() -> None:
+def write_batching_golden(path: str, table: list[dict]) -> None:
+    """The reference's work array of every case of ``table`` (over ``BATCHING_STREAMS``) as
+    int16, or its refusal recorded in the case, saved to ``path`` with the table."""
     import numpy as np
 
     arrays = {}
-    table = batching_cases()
     for k, c in enumerate(table):
         try:
             arrays[str(k)] = np.asarray(_generic_work(c, BATCHING_STREAMS), np.int16)
@@ -444,7 +445,11 @@ def _batching() -> None:
             c["error"] = str(exc)
             arrays[str(k)] = np.zeros(0, np.int16)
     meta = {"reference": "mosaicml-streaming 0.13.0", "cases": table, "streams": BATCHING_STREAMS}
-    np.savez_compressed(os.path.join(OUT, "batching.npz"), cases=json.dumps(meta), **arrays)
+    np.savez_compressed(path, cases=json.dumps(meta), **arrays)
+
+
+def _batching() -> None:
+    write_batching_golden(os.path.join(OUT, "batching.npz"), batching_cases())
 
 
 # Resuming on a World whose nodes and canonical nodes do not divide one another: the reference's
