@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -132,6 +134,29 @@ def test_cold_keys_before_the_index_name_are_read_once_it_is_passed(
     names = held + [f"q{i:02d}.parquet" for i in range(12)]
     url = _s3(tmp_path, s3_bucket, names)
     proxy = make_proxy(s3_server.url)
+    # the fourth page, if it comes first, is held until P0's footer is asked for (10 s at
+    # most): a busy machine can no longer list two pages before the footer task sends its
+    # first request, and code that read footers only once the listing ended would wait out
+    # the 10 s and fail below
+    lists = [0]
+
+    def fourth_page(method: str, path: str, rng: str) -> bool:
+        if path.endswith(".parquet"):
+            return False
+        lists[0] += 1
+        return lists[0] == 4
+
+    gate = proxy.hold(fourth_page)
+
+    def release() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if any(p.endswith("/P0.parquet") for p, _ in list(proxy.stats.ranges)):
+                break
+            time.sleep(0.005)
+        gate.set()
+
+    threading.Thread(target=release, daemon=True).start()
 
     async def go() -> tuple[ParquetTable, int]:
         store = open_store(url, endpoint_url=proxy.url, list_page_size=3)
