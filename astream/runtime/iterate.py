@@ -35,7 +35,7 @@ from astream.runtime.batch_groups import BatchGroups, Groups
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
 from astream.runtime.lead import FirstBatch
-from astream.runtime.prefetch import FURTHER, Lookahead, Prefetcher
+from astream.runtime.prefetch import FURTHER, STEP_LOCATE, Lookahead, Prefetcher
 from astream.runtime.reader import ShardOpener, decode_batch
 from astream.runtime.shard_handles import OpenShard, RangeShard
 from astream.runtime.stats import Stats, Stopwatch
@@ -318,13 +318,17 @@ class Iteration(FirstBatch):
             raise ConfigError(f"io must be 'thread' or 'loop', got {io!r}")
         on_loop = io == "loop"
         run = self._start(batches, asyncio.get_running_loop() if on_loop else None)
+        la = run.la
+        la.stepwise = True  # the window is planned below, off the loop (see Lookahead.step)
         open_shard = self._async_open(run, on_loop)
         clock = time.perf_counter
         done: Groups | None = None  # the batch handed out before this one
         try:
             while True:
+                while la.step() == STEP_LOCATE:
+                    await asyncio.to_thread(la.locate)  # the plan walk: ms per 10,000 ids
                 mark = clock()
-                step = next(run.la, None)  # the plan walk for the lookahead runs here
+                step = next(la, None)
                 if step is None:
                     break
                 if done is not None:
@@ -337,6 +341,9 @@ class Iteration(FirstBatch):
                 run.counted(groups, size)
                 yield out
                 await asyncio.sleep(0)  # at least once per batch
+            # unmapping every shard the epoch held open, ~10 ms at 30 shards: in a thread (only
+            # this generator uses the opener)
+            await asyncio.to_thread(run.opener.release_all)
         finally:
             run.close()
 
@@ -365,8 +372,14 @@ class Iteration(FirstBatch):
                 return await self.download(s, True)
             return await asyncio.wrap_future(bridge.submit(self.download(s, True)))
 
+        async def try_open(s: int) -> OpenShard | None:
+            # opening a cached shard checks its offsets table (and, with validate_hash, hashes
+            # the file): milliseconds per 100,000 samples, so it runs in a thread. Nothing else
+            # uses this consumer's opener meanwhile: only this generator does, and it waits.
+            return opener.cached(s) or await asyncio.to_thread(opener.try_open, s)
+
         async def open_shard(s: int) -> OpenShard:
-            h = opener.cached(s) or opener.try_open(s)
+            h = await try_open(s)
             if h is not None:
                 stats.cache_hits += 1
                 return h
@@ -386,7 +399,7 @@ class Iteration(FirstBatch):
                             ok = await asyncio.wrap_future(fut)
                         if not ok:
                             await demand(s)
-                        h = opener.try_open(s)
+                        h = await try_open(s)
                     finally:
                         opener.drop_pin(hold)
                     if h is not None:

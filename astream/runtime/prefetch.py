@@ -35,7 +35,7 @@ from astream.runtime.batch_groups import Groups, chunk_groups
 from astream.runtime.catalog import Catalog
 from astream.runtime.fetch import is_complete
 
-__all__ = ["Lookahead", "Prefetcher"]
+__all__ = ["STEP_DONE", "STEP_LOCATE", "Lookahead", "Prefetcher"]
 
 _CHUNK = 2048  # samples grouped by shard in one pass (Lookahead)
 _CHUNK_BATCHES = 64
@@ -43,6 +43,7 @@ _CHUNK_BATCHES = 64
 # the prefetcher's slots stay idle for long, and planning all of ``FURTHER * ahead`` at once
 # held the caller's event loop 250 ms at 2M samples
 _FURTHER_STEP = 16_384
+STEP_DONE, STEP_LOCATE = "done", "locate"  # what Lookahead.step() asks next
 FURTHER = 4  # how many times ``ahead`` a consumer waiting on a download may plan (further())
 
 
@@ -161,40 +162,78 @@ class Lookahead:
         self._idle = idle
         self._uses: dict[int, int] = {}
         self._leaving: list[int] = []
+        # set by ``aiter``: it plans with step() and locate() between batches (locate() in a
+        # thread), and __next__ then only plans a batch if none was
+        self.stepwise = False
 
     def _next_located(self) -> tuple[Groups, int] | None:
-        """The next planned batch grouped by shard. Batches are grouped a chunk at a time
-        (``chunk_groups``: up to ``_CHUNK`` samples -- fewer until that many were consumed --
-        and at most ``_CHUNK_BATCHES`` batches): one vectorised pass instead of one per batch.
-        Only the plan is read ahead; shards are announced batch by batch, as before."""
+        """The next planned batch grouped by shard (see :meth:`locate`)."""
         got = self._located
         if not got:
-            if self._done:
-                return None
-            # small at first (the first batch waits for its chunk), then _CHUNK samples
-            cap = min(_CHUNK, max(self._start_window, self._consumed))
-            chunk: list[np.ndarray[Any, np.dtype[np.int64]]] = []
-            taken = 0
-            while len(chunk) < _CHUNK_BATCHES and taken < cap:
-                try:
-                    ids = next(self._src)
-                except StopIteration:
-                    self._done = True
-                    break
-                chunk.append(ids)
-                taken += len(ids)
-            got.extend(zip(chunk_groups(chunk, self._catalog), (len(b) for b in chunk)))
+            self.locate()
             if not got:
                 return None
         return got.popleft()
 
-    def _fill(self) -> None:
+    def locate(self) -> None:
+        """Group the plan's next chunk of batches by shard, if none is grouped and waiting.
+
+        Batches are grouped a chunk at a time (``chunk_groups``: up to ``_CHUNK`` samples --
+        fewer until that many were consumed -- and at most ``_CHUNK_BATCHES`` batches): one
+        vectorised pass instead of one per batch. Only the plan is read ahead; shards are
+        announced batch by batch (``_push``). This walks the plan (numpy: milliseconds for a
+        batch of 25,000 samples) and touches nothing but the plan and the grouped batches, so a
+        stepwise consumer runs it in a thread while it waits."""
+        if self._located or self._done:
+            return
+        # small at first (the first batch waits for its chunk), then _CHUNK samples
+        cap = min(_CHUNK, max(self._start_window, self._consumed))
+        chunk: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+        taken = 0
+        while len(chunk) < _CHUNK_BATCHES and taken < cap:
+            try:
+                ids = next(self._src)
+            except StopIteration:
+                self._done = True
+                break
+            chunk.append(ids)
+            taken += len(ids)
+        self._located.extend(zip(chunk_groups(chunk, self._catalog), (len(b) for b in chunk)))
+
+    def _target(self) -> int:
         # The window opens gradually (twice what has been consumed, up to ``ahead``): the first
         # batch never waits for a long plan walk, and a hot cache never pays for one at all.
-        target = min(self._ahead, max(self._start_window, 2 * self._consumed))
+        return min(self._ahead, max(self._start_window, 2 * self._consumed))
+
+    def _fill(self) -> None:
+        if self.stepwise:
+            while not self._queue:  # step() plans the window; this only the batch handed out
+                if not self._push():
+                    return
+            return
+        target = self._target()
         while self._queued < target:
             if not self._push():
                 return
+
+    def _slots_idle(self) -> bool:
+        """further() may plan now: downloads started, and fewer running than allowed."""
+        pf = self._pf
+        return self._further > self._ahead and pf.started and len(pf.running()) < pf.concurrency
+
+    def step(self) -> str:
+        """For a ``stepwise`` consumer, between batches: plan towards the window's target (and,
+        while download slots idle, as far as :meth:`further` would) from the batches already
+        grouped. Returns ``STEP_DONE`` (nothing more to plan now) or ``STEP_LOCATE`` (call
+        :meth:`locate`, off the loop, then this again): so one call plans at most one grouped
+        chunk, and never walks the plan itself."""
+        while self._queued < self._target() or (
+            self._queued < self._further and self._slots_idle()
+        ):
+            if not self._located:
+                return STEP_DONE if self._done else STEP_LOCATE
+            self._push()
+        return STEP_DONE
 
     def _push(self) -> bool:
         """Plan the next batch into the window and announce its new shards (False: no more)."""
@@ -242,7 +281,7 @@ class Lookahead:
     def __next__(self) -> tuple[Groups, int]:
         """The next batch: its ids grouped by shard (``batch_groups``), and its size."""
         self._fill()
-        if self._further > self._ahead and self._pf.started:
+        if not self.stepwise and self._further > self._ahead and self._pf.started:
             # slots freed while the last batch decoded (never on a hot cache); a step at a time
             self.further(_FURTHER_STEP)
         uses = self._uses

@@ -17,7 +17,14 @@ import numpy as np
 import pytest
 
 from astream import StreamingDataset
-from astream.runtime.prefetch import _FURTHER_STEP, FURTHER, Lookahead
+from astream.runtime.prefetch import (
+    _CHUNK,
+    _FURTHER_STEP,
+    FURTHER,
+    STEP_DONE,
+    STEP_LOCATE,
+    Lookahead,
+)
 
 from .conftest import labels
 from .test_chunk_groups import _Catalog
@@ -157,3 +164,69 @@ def test_cold_epoch_over_s3_keeps_its_order(s3_dataset: Any, fresh_local: Any) -
     assert sorted(labels(got)) == list(range(len(samples)))
     for s in got:
         assert np.array_equal(s["ids"], samples[s["label"]]["ids"])
+
+
+def _drive(la: Lookahead) -> list[tuple[Any, int]]:
+    """What ``aiter`` does with a stepwise lookahead: step() until done (locate() when asked),
+    then take a batch; returns the batches handed out."""
+    out = []
+    while True:
+        while (asked := la.step()) != STEP_DONE:
+            if asked == STEP_LOCATE:
+                la.locate()
+        got = next(la, None)
+        if got is None:
+            return out
+        out.append(got)
+
+
+@pytest.mark.parametrize("started", [True, False], ids=["cold", "hot"])
+def test_a_stepwise_consumer_plans_and_announces_as_the_plain_one(started: bool) -> None:
+    """``aiter``'s lookahead plans between batches with step() and locate() (which runs in a
+    thread there): the same batches, the same shards announced in the same order."""
+    cat, batches = _plan()
+    pf_plain, pf_step = _Prefetch(started=started), _Prefetch(started=started)
+    plain = Lookahead(iter(batches), cat, pf_plain, ahead=320, further=FURTHER)  # type: ignore[arg-type]
+    stepwise = Lookahead(iter(batches), cat, pf_step, ahead=320, further=FURTHER)  # type: ignore[arg-type]
+    stepwise.stepwise = True
+    want = list(plain)
+    got = _drive(stepwise)
+    assert len(got) == len(want) == 200
+    for (g1, n1), (g2, n2) in zip(got, want):
+        assert n1 == n2 and [tuple(x) for x in g1] == [tuple(x) for x in g2]
+    assert pf_step.wanted == pf_plain.wanted == _first_use(cat, batches)
+
+
+def test_each_step_plans_at_most_a_step_and_never_walks_the_plan() -> None:
+    """step() plans at most one grouped chunk (``_CHUNK`` samples, or one batch when batches
+    are larger), and only from batches already grouped: walking the plan is locate()'s, which
+    ``aiter`` runs in a thread. The window (and, cold, FURTHER times it) is still reached."""
+    cat = _Catalog(np.full(1000, 100))
+    small = [np.arange(32 * k, 32 * k + 32, dtype=np.int64) % 100_000 for k in range(3000)]
+    big = [np.arange(k, k + 10_000, dtype=np.int64) % 100_000 for k in range(40)]
+    for plan, ahead, size in ((small, 20_000, 32), (big, 30_000, 10_000)):
+        la = Lookahead(iter(plan), cat, _Prefetch(), ahead=ahead, further=FURTHER)  # type: ignore[arg-type]
+        la.stepwise = True
+        walked = [0]
+
+        def counted(src: Any, walked: list[int] = walked) -> Any:
+            for b in src:
+                walked[0] += 1
+                yield b
+
+        la._src = counted(la._src)
+        for _ in range(6):
+            while True:
+                before, n = la.queued, walked[0]
+                asked = la.step()
+                assert walked[0] == n, size  # step() never walks the plan
+                assert la.queued - before <= max(_CHUNK, size), (size, la.queued - before)
+                if asked == STEP_DONE:
+                    break
+                if asked == STEP_LOCATE:
+                    la.locate()
+                    assert walked[0] > n
+            n = walked[0]
+            next(la)
+            assert walked[0] == n  # nor does handing out a batch
+        assert la.queued >= FURTHER * ahead - 2 * size, (size, la.queued)
