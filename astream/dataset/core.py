@@ -30,6 +30,7 @@ and checkpoints (:mod:`~astream.dataset.checkpoint`).
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import warnings
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -298,7 +299,8 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
         # off the caller's event loop
         avg = yield CpuStep(lambda: self._check_catalog(allow_unsafe_types))
         ahead = cfg.predownload if cfg.predownload is not None else max(8 * cfg.batch_or_1, avg)
-        self.engine = Engine(
+        make = functools.partial(
+            Engine,
             self.catalog,
             stores,
             cache_limit=cfg.cache_limit,
@@ -311,7 +313,9 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
             range_first_batches=kw["range_first_batches"],
             random_memory=kw["random_memory"],
         )
-        self._epochs = _Epochs()
+        # the engine's and the epochs' shared counters (anonymous shared memory: system calls
+        # and a first import, tens of ms in a fresh process): ``open`` makes them in a thread
+        self.engine, self._epochs = yield CpuStep(lambda: (make(), _Epochs()))
         self._current: tuple[int, int] = (0, 0)  # (epoch, start) of this process's iteration
         self._progress: list[Any] = [0, None, 0]  # samples this process's iteration yielded
         self._worker_resume: dict[str, int] | None = None  # a worker's own loaded state

@@ -189,7 +189,9 @@ class _EpochPlans:
         return epoch, start
 
     def _plan_and_warm(self, epoch: int, start: int) -> None:
-        """The epoch's plan and the shuffle blocks of its first positions (see aiter)."""
+        """The epoch's plan, the shuffle blocks of its first positions, and this process's
+        engine parts (cache accounting, lease files, fetcher: file I/O) (see aiter)."""
+        self.engine.prepare()
         plan = self.plan(epoch)
         ncn = plan.num_canonical_nodes
         if self.cfg.shuffle and start < plan.num_samples:

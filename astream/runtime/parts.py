@@ -101,6 +101,10 @@ class EngineBase:
     _pid: int
     _local: ProcessParts | None
 
+    def prepare(self) -> None:
+        """Make this process's parts now (thread-safe), e.g. in a thread before an ``aiter``."""
+        self._parts()
+
     def _parts(self) -> ProcessParts:
         parts = self._local
         if parts is not None and self._pid == os.getpid():
