@@ -2,19 +2,28 @@
 
 A callback's thread CPU time (``time.thread_time`` around each ``Handle._run``) is what astream
 itself spends on the loop before giving it back; unlike wall time it does not count the time
-the process waits for a core on a busy machine. The garbage collector runs inside whichever
-callback allocates, so its pauses count too: the second test holds astream to few tracked
-objects per planned batch, which is what makes a full collection cheap at any dataset size.
+the process waits for a core on a busy machine.
+
+The garbage collector runs inside whichever callback allocates past its threshold, and a full
+collection scans every object of the process: in a fresh interpreter with numpy and asyncio
+imported, ~32,000 objects and 15-35 ms, wherever it lands (a training process with torch has
+several times as many). That pause is the process's, so it is taken out of the callback it
+landed in and counted apart: the ten-million-sample tests hold astream to a few full
+collections per epoch, which only holds if astream keeps almost nothing alive per batch it
+yields (each object that outlives two young collections counts towards the next full one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import random
 import subprocess
 import sys
+import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +47,19 @@ def test_a_hot_epoch_of_200k_samples_holds_the_loop_at_most_20ms(tmp_path: Any) 
     path = str(tmp_path / "ds")
     _write(path, 200_000)
     # a loaded machine slows even CPU time (shared caches): the bound must hold in one of three
-    tries = [longest(hot_epoch(path), 200_000) for _ in range(3)]
+    tries = [longest(hot_epoch(path), 200_000).own for _ in range(3)]
     assert min(tries) < BOUND_S, tries
 
 
+# full collections a ten-million-sample epoch may start (measured: 3, open included). With one
+# object per yielded batch of 64 outliving two young collections, there would be ~20.
+FULL_MAX = 6
+
 TEN_MILLION = """
-import sys
+import json, sys
 sys.path.insert(0, sys.argv[2])
 from tests.engine.loopclock import hot_epoch, longest
-print(longest(hot_epoch(sys.argv[1]), 10_000_000))
+print(json.dumps(longest(hot_epoch(sys.argv[1]), 10_000_000).as_dict()))
 """
 
 
@@ -56,14 +69,13 @@ def test_ten_million_samples_open_and_epoch_hold_the_loop_at_most_20ms(tmp_path:
     ``open``; the ids of planned batches are computed a few thousand at a time; the shards'
     offsets are compact arrays, freed at once when the epoch ends.
 
-    Measured in a fresh interpreter, as a training program runs: a full garbage collection
-    scans every object of the process, and pytest's own ~50,000 objects (not astream's) would
-    double its pause here."""
+    Measured in a fresh interpreter, as a training program runs: pytest's own ~50,000 objects
+    would make the full collections many more and longer."""
     path = str(tmp_path / "ds")
     _write(path, 10_000_000)
     root = str(Path(__file__).resolve().parents[2])
 
-    def once() -> float:
+    def once() -> dict[str, float]:
         run = subprocess.run(
             [sys.executable, "-c", TEN_MILLION, path, root],
             capture_output=True,
@@ -71,20 +83,28 @@ def test_ten_million_samples_open_and_epoch_hold_the_loop_at_most_20ms(tmp_path:
             timeout=600,
         )
         assert run.returncode == 0, run.stderr[-3000:]
-        return float(run.stdout.split()[-1])
+        got: dict[str, float] = json.loads(run.stdout.splitlines()[-1])
+        assert 1 <= got["full"] <= FULL_MAX, got  # one at least: the pause was measured
+        return got
 
+    _best_of_three(once)
+
+
+def _best_of_three(once: Callable[[], dict[str, float]]) -> None:
+    """The bound holds in one of up to three runs (a loaded machine slows even CPU time:
+    shared caches)."""
     tries = [once()]
-    while min(tries) >= BOUND_S and len(tries) < 3:  # a loaded machine: the bound holds once
+    while min(t["own"] for t in tries) >= BOUND_S and len(tries) < 3:
         tries.append(once())
-    assert min(tries) < BOUND_S, tries
+    assert min(t["own"] for t in tries) < BOUND_S, tries
 
 
 COLD = """
-import sys
+import json, sys
 sys.path.insert(0, sys.argv[3])
 from tests.engine.loopclock import cold_epoch, longest
 print("s3 imported before open:", "astream.storage.s3" in sys.modules)
-print(longest(cold_epoch(sys.argv[1], sys.argv[2]), 10_000_000))
+print(json.dumps(longest(cold_epoch(sys.argv[1], sys.argv[2]), 10_000_000).as_dict()))
 """
 
 
@@ -100,7 +120,10 @@ def test_a_cold_s3_epoch_of_ten_million_samples_holds_the_loop_at_most_20ms(
     _write(url, 10_000_000)  # 20 shards of 4 MB
     root = str(Path(__file__).resolve().parents[2])
 
-    def once(k: int) -> float:
+    runs = iter(range(3))
+
+    def once() -> dict[str, float]:
+        k = next(runs)
         run = subprocess.run(
             [sys.executable, "-c", COLD, url, str(tmp_path / f"cache{k}"), root],
             capture_output=True,
@@ -109,12 +132,11 @@ def test_a_cold_s3_epoch_of_ten_million_samples_holds_the_loop_at_most_20ms(
         )
         assert run.returncode == 0, run.stderr[-3000:]
         assert "s3 imported before open: False" in run.stdout, run.stdout
-        return float(run.stdout.split()[-1])
+        got: dict[str, float] = json.loads(run.stdout.splitlines()[-1])
+        assert 1 <= got["full"] <= FULL_MAX, got
+        return got
 
-    tries = [once(0)]
-    while min(tries) >= BOUND_S and len(tries) < 3:  # a loaded machine: the bound holds once
-        tries.append(once(len(tries)))
-    assert min(tries) < BOUND_S, tries
+    _best_of_three(once)
 
 
 def test_a_cold_s3_epoch_random_reads_and_checkpoints_hold_the_loop_at_most_20ms(
@@ -128,7 +150,7 @@ def test_a_cold_s3_epoch_random_reads_and_checkpoints_hold_the_loop_at_most_20ms
     picks = [rng.randrange(200_000) for _ in range(2_000)]
 
     tries = [
-        longest(cold_epoch(url, str(tmp_path / f"cache{k}"), picks, every=500), 202_000)
+        longest(cold_epoch(url, str(tmp_path / f"cache{k}"), picks, every=500), 202_000).own
         for k in range(2)
     ]
     assert min(tries) < BOUND_S, tries
@@ -160,3 +182,51 @@ def test_the_lookahead_keeps_few_objects_for_the_garbage_collector(tmp_path: Any
     # measured: ~5,200 (one BatchGroups per planned batch, a few hundred others); with lists
     # and a __dict__ per group the same window added ~46,000
     assert 0 < added < 10_000, added
+
+
+def test_the_long_steps_of_open_and_aiter_run_off_the_loop(tmp_path: Any, monkeypatch: Any) -> None:
+    """What costs milliseconds per shard or per planned batch runs in threads, whatever the
+    machine: building the engine and its shared counters (``open``), walking the plan
+    (``Lookahead.locate``), opening a cached shard (its offsets checked) and unmapping the
+    shards at the epoch's end. Each is recorded with the thread it did its work in."""
+    from astream.dataset.epochs import _Epochs
+    from astream.runtime.engine import Engine
+    from astream.runtime.prefetch import Lookahead
+    from astream.runtime.reader import ShardOpener
+
+    path = str(tmp_path / "ds")
+    _write(path, 20_000, size_limit="16kb")
+    shards = len(json.loads((tmp_path / "ds" / "index.json").read_text())["shards"])
+    where: dict[str, list[int]] = {}
+
+    def record(cls: Any, name: str, works: Callable[[Any], bool]) -> None:
+        inner = getattr(cls, name)
+
+        def wrapped(self: Any, *a: Any, **kw: Any) -> Any:
+            if works(self):
+                where.setdefault(name, []).append(threading.get_ident())
+            return inner(self, *a, **kw)
+
+        monkeypatch.setattr(cls, name, wrapped)
+
+    record(Engine, "__init__", lambda self: True)
+    record(_Epochs, "__init__", lambda self: True)
+    record(Engine, "_make_parts", lambda self: self._local is None)
+    record(Lookahead, "locate", lambda self: not self._located and not self._done)
+    record(ShardOpener, "try_open", lambda self: True)
+    record(ShardOpener, "release_all", lambda self: bool(self._open))
+
+    async def main() -> tuple[int, int]:
+        ds = await AsyncStreamingDataset.open(local=path, batch_size=500, shuffle=True)
+        got = 0
+        async for batch in ds.aiter(batch_size=64):
+            got += len(batch)
+        return threading.get_ident(), got
+
+    loop_thread, got = asyncio.run(main())
+    assert got == 20_000
+    assert sorted(where) == ["__init__", "_make_parts", "locate", "release_all", "try_open"], where
+    assert shards >= 10 and len(where["try_open"]) >= shards, (shards, where)
+    assert len(where["__init__"]) == 2, where
+    for name, threads in where.items():
+        assert loop_thread not in threads, name
