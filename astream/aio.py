@@ -35,8 +35,7 @@ __all__ = ["AsyncMDSWriter", "AsyncStreamingDataset"]
 
 def _preload(urls: list[Any]) -> None:
     """The modules a build imports on first use (its remotes' backends, shared memory, the
-    packing setup),
-    imported here in a thread rather than on the caller's loop."""
+    packing setup), imported here in a thread rather than on the caller's loop."""
     preload_backends(urls)
     import multiprocessing.sharedctypes  # noqa: F401  (the shared counters' RawArray)
 
