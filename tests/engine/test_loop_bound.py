@@ -51,8 +51,8 @@ def test_a_hot_epoch_of_200k_samples_holds_the_loop_at_most_20ms(tmp_path: Any) 
     assert min(tries) < BOUND_S, tries
 
 
-# full collections a ten-million-sample epoch may start (measured: 3, open included). With one
-# object per yielded batch of 64 outliving two young collections, there would be ~20.
+# full collections a ten-million-sample epoch may start (measured: 3, open included; with a
+# list kept per yielded batch of 64, 11)
 FULL_MAX = 6
 
 TEN_MILLION = """
@@ -66,8 +66,8 @@ print(json.dumps(longest(hot_epoch(sys.argv[1]), 10_000_000).as_dict()))
 @pytest.mark.slow  # ~10 s to write, 20-40 s an epoch
 def test_ten_million_samples_open_and_epoch_hold_the_loop_at_most_20ms(tmp_path: Any) -> None:
     """At ten million samples: planning epoch 0 (seconds of numpy) runs in a thread during
-    ``open``; the ids of planned batches are computed a few thousand at a time; the shards'
-    offsets are compact arrays, freed at once when the epoch ends.
+    ``open``; so do the lookahead's plan walk, opening each shard (its offsets checked) and
+    unmapping them at the end; the shards' offsets are compact arrays.
 
     Measured in a fresh interpreter, as a training program runs: pytest's own ~50,000 objects
     would make the full collections many more and longer."""
@@ -113,9 +113,9 @@ def test_a_cold_s3_epoch_of_ten_million_samples_holds_the_loop_at_most_20ms(
     s3_bucket: str, tmp_path: Any
 ) -> None:
     """Cold at ten million samples, in a fresh interpreter: ``open`` imports the S3 backend
-    in a thread, and the lookahead plans past its window a step per batch (the prefetcher's
-    slots stay idle for long at a cold start: planning all it may at once held the loop
-    ~210 ms)."""
+    in a thread, and the lookahead plans past its window (the prefetcher's slots stay idle
+    for long at a cold start) in a thread too: planning all it may at once on the loop held
+    it ~210 ms."""
     url = f"{s3_bucket}/loop10m-{uuid.uuid4().hex[:8]}"
     _write(url, 10_000_000)  # 20 shards of 4 MB
     root = str(Path(__file__).resolve().parents[2])
