@@ -34,11 +34,9 @@ __all__ = ["AsyncMDSWriter", "AsyncStreamingDataset"]
 
 
 def _preload(urls: list[Any]) -> None:
-    """The modules a build imports on first use (its remotes' backends, shared memory, the
-    packing setup), imported here in a thread rather than on the caller's loop."""
+    """The modules a build imports on first use (its remotes' backends, the packing setup),
+    imported here in a thread rather than on the caller's loop."""
     preload_backends(urls)
-    import multiprocessing.sharedctypes  # noqa: F401  (the shared counters' RawArray)
-
     import astream.packing  # noqa: F401
 
 
