@@ -25,7 +25,7 @@ import asyncio
 from typing import Any
 
 from astream.dataset import StreamingCore
-from astream.dataset.core import CpuStep
+from astream.runtime.resolve import CpuStep
 from astream.runtime.stores import close_loop_stores_since, loop_store_keys
 from astream.storage.registry import preload_backends
 from astream.writer.aio import AsyncMDSWriter
@@ -34,10 +34,9 @@ __all__ = ["AsyncMDSWriter", "AsyncStreamingDataset"]
 
 
 def _preload(urls: list[Any]) -> None:
-    """The modules a build imports on first use (its remotes' backends, the packing setup),
-    imported here in a thread rather than on the caller's loop."""
+    """The modules a build imports on first use (its remotes' backends), imported here in a
+    thread rather than on the caller's loop."""
     preload_backends(urls)
-    import astream.packing  # noqa: F401
 
 
 class AsyncStreamingDataset(StreamingCore):

@@ -11,6 +11,7 @@ Subclasses set ``SIZE`` (the number of int64 slots) and read and write ``self._a
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.sharedctypes  # RawArray imports it on first use: here, at import
 from typing import Any
 
 import numpy as np

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from astream import packing
 from astream.core.eviction import check_policy
 from astream.dataset.asynchronous import _AsyncAccess
 from astream.dataset.attributes import _ReferenceAttributes
@@ -58,8 +59,9 @@ from astream.runtime.engine import Engine
 from astream.runtime.placement import dataloader_worker as _worker
 from astream.runtime.placement import detect
 from astream.runtime.range_costs import check_memory
-from astream.runtime.resolve import resolve_steps
+from astream.runtime.resolve import CpuStep, resolve_steps
 from astream.shared import StaleIteration
+from astream.stream import FORMATS
 
 __all__ = ["StreamingCore"]
 
@@ -112,8 +114,6 @@ def _with_format(kw: dict[str, Any]) -> dict[str, Any] | None:
     """``stream_config`` with the dataset's ``format``/``columns``/``files``/``index_source``
     added (they build the single stream of ``remote``/``local``); a clash or a use with
     ``streams`` is refused."""
-    from astream.stream import FORMATS
-
     if kw["format"] not in FORMATS:
         raise ConfigError(f"format must be one of {FORMATS}, got {kw['format']!r}")
     config = kw["stream_config"]
@@ -151,16 +151,6 @@ def _check_hash_paths(catalog: Catalog) -> None:
                     f"({_redact(src.remote or src.local)}): a Parquet table lists no file "
                     "hashes to check its row groups against; read it without validate_hash"
                 )
-
-
-class CpuStep:
-    """A step of ``_build`` that computes without I/O: the plain constructor calls it, the
-    async ``open`` runs it in a thread so the caller's loop stays free."""
-
-    __slots__ = ("run",)
-
-    def __init__(self, run: Callable[[], Any]) -> None:
-        self.run = run
 
 
 class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAccess, _Checkpoints):
@@ -244,7 +234,8 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
         steps = self._build(kw)
         step = next(steps)
         while True:
-            # the index loads run on astream's loop thread; the checks in this thread
+            # remote index loads run on astream's loop thread; local ones and the checks in
+            # this thread (a local dataset never starts the loop thread to be built)
             got = step.run() if isinstance(step, CpuStep) else _bridge_run(step)
             try:
                 step = steps.send(got)
@@ -264,8 +255,9 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
         return args
 
     def _build(self, kw: dict[str, Any]) -> Generator[Any, Any, None]:
-        """The constructor's work, as a generator that yields the coroutine doing I/O (the
-        index loads), then a :class:`CpuStep` (the checks), and is sent each one's result;
+        """The constructor's work, as a generator that yields the index loads (a coroutine, or
+        a :class:`CpuStep` when every stream is local), then more :class:`CpuStep` (the checks,
+        the engine), and is sent each one's result;
         shared by ``__init__`` and the async ``open``
         (:class:`astream.aio.AsyncStreamingDataset`)."""
         _check_arguments(kw)
@@ -323,10 +315,7 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
         self._iters = (0, 0)  # (pid, iterations this DataLoader worker started): _worker_iteration
         self._loader_token: int | None = None  # set while a StreamingDataLoader starts workers
         self._hot: tuple[int, Any] | None = None  # the sample an override's super() call gets
-        self._plans: dict[tuple[int, int | None], Any] = {}
-        from astream.packing import setup
-
-        setup(self, kw)  # pack_to: token packing (docs/batches.md)
+        packing.setup(self, kw)  # pack_to: token packing (docs/batches.md)
         self._check_presets()
 
     def _check_catalog(self, allow_unsafe_types: bool) -> int:
@@ -334,7 +323,10 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
         shard."""
         cfg = self.cfg
         _check_hash_paths(self.catalog)
-        check_dataset(cfg, self.catalog, self.stream_specs, allow_unsafe_types)
+        key, plan = check_dataset(cfg, self.catalog, self.stream_specs, allow_unsafe_types)
+        # kept for the first epoch, unless planning it warns (about batch_size=None, or a
+        # reference plan's few samples: said again at each plan)
+        self._plans = {key: plan} if plan is not None and cfg.batch_size is not None else {}
         if cfg.validate_hash is not None:
             check_hash_available(self.catalog, cfg.validate_hash)
         if cfg.cache_limit is not None and cfg.cache_limit < self.catalog.max_footprint:
@@ -428,9 +420,7 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
     def __iter__(self) -> Iterator[dict[str, Any]]:
         check_resharding(self.cfg.replication)  # accelerate would split each rank's part
         if self.pack is not None:
-            from astream.packing import iter_packed
-
-            return iter_packed(self)
+            return packing.iter_packed(self)
         try:
             batches, progress = self._start_iteration()
         except StaleIteration:

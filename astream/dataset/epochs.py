@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from astream.errors import ConfigError
-from astream.runtime.config import DatasetConfig
+from astream.runtime.config import DatasetConfig, epoch_plan_kwargs
 from astream.runtime.placement import dataloader_worker as _worker
 from astream.runtime.placement import detect
 from astream.shared import MAX_WORKERS, SharedInts, StaleIteration
@@ -129,14 +129,9 @@ class _EpochPlans:
 
     # -- the plan ------------------------------------------------------------------------------
     def plan(self, epoch: int) -> Any:
-        """The epoch plan (cached for the latest epoch)."""
-        kwargs = self.cfg.plan_kwargs()
-        if self.cfg.batching_method in ("stratified", "per_stream"):
-            # stratified: every global batch holds the exact stream proportions; per_stream:
-            # every global batch comes from one stream. Either way the unit is the global
-            # batch, so it depends on the number of (replica) ranks
-            ranks = detect(self.cfg.replication).world.num_ranks
-            kwargs["global_batch_size"] = self.cfg.batch_or_1 * ranks
+        """The epoch plan (cached for the latest epoch; the constructor's checks leave epoch
+        0's there)."""
+        kwargs = epoch_plan_kwargs(self.cfg, detect(self.cfg.replication).world.num_ranks)
         key = (epoch, kwargs.get("global_batch_size"))
         plan = self._plans.get(key)
         if plan is None:

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +85,7 @@ __all__ = [
     "MAX_PLAN_PIECES",
     "DatasetConfig",
     "check_dataset",
+    "epoch_plan_kwargs",
     "default_local",
     "resolve_sources",
 ]
@@ -263,12 +265,13 @@ def check_dataset(
     catalog: Any,
     specs: list[StreamSpec],
     allow_unsafe_types: bool,
-) -> None:
+) -> tuple[tuple[int, Any], Any]:
     """The checks that need the loaded indexes, made in the process that builds the dataset
     (so they never first surface inside a DataLoader worker): ``pkl`` columns without
     ``allow_unsafe_types``, a stream's ``validate_hash`` its shards do not list, weights that
     choose no sample, a plan too large to hold (``MAX_PLAN_PIECES``), and everything the epoch
-    plan and its dealing to this World refuse (canonical nodes vs nodes, strata vs batch...)."""
+    plan and its dealing to this World refuse (canonical nodes vs nodes, strata vs batch...).
+    Returns epoch 0's plan with its key in the dataset's plan cache (:func:`_check_plan`)."""
     from astream.core.encodings import UNSAFE_ENCODINGS
 
     if not isinstance(allow_unsafe_types, (bool, np.bool_)):
@@ -316,22 +319,40 @@ def check_dataset(
             f"process), above the supported maximum {MAX_PLAN_PIECES} (2**22); lower "
             "epoch_size or the streams' repeat/choose"
         )
-    _check_plan(cfg, specs)
+    return _check_plan(cfg, specs)
 
 
-def _check_plan(cfg: DatasetConfig, specs: list[StreamSpec]) -> None:
+def epoch_plan_kwargs(cfg: DatasetConfig, num_ranks: int) -> dict[str, Any]:
+    """``plan_epoch``'s keyword arguments for this dataset on ``num_ranks`` (replica) ranks:
+    under ``stratified`` and ``per_stream`` batching the unit is the global batch (every one
+    holds the exact stream proportions, or comes from one stream), so it depends on them."""
+    kwargs = cfg.plan_kwargs()
+    if cfg.batching_method in ("stratified", "per_stream"):
+        kwargs["global_batch_size"] = cfg.batch_or_1 * num_ranks
+    return kwargs
+
+
+def _check_plan(cfg: DatasetConfig, specs: list[StreamSpec]) -> tuple[tuple[int, Any], Any]:
     """Build epoch 0's plan and deal it to this process's World: whatever they refuse is
-    refused now, with the same ConfigError a first ``len()`` would raise."""
+    refused now, with the same ConfigError a first ``len()`` would raise. Returns the plan
+    (None if planning warned) with its key in the dataset's plan cache
+    (``_EpochPlans.plan``), so that the first epoch does not plan again."""
     from astream.core.order import plan_epoch
 
     place = detect(cfg.replication)
-    kwargs = cfg.plan_kwargs()
-    if cfg.batching_method in ("stratified", "per_stream"):  # as StreamingDataset.plan
-        kwargs["global_batch_size"] = cfg.batch_or_1 * place.world.num_ranks
-    plan = plan_epoch(specs, epoch=0, **kwargs)
+    kwargs = epoch_plan_kwargs(cfg, place.world.num_ranks)
+    with warnings.catch_warnings(record=True) as said:
+        plan = plan_epoch(specs, epoch=0, **kwargs)
+    for w in said:  # said where planning said it, as if not caught
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    key = (0, kwargs.get("global_batch_size"))
+    # a plan that warns (few samples over the canonical nodes) warns again each time an epoch
+    # is planned, as the reference's does: not kept
+    kept = None if said else plan
     ncn, nodes = cfg.num_canonical_nodes, place.world.num_nodes
     if cfg.shuffle_algo != "astream" and ncn % nodes and nodes % ncn:
         # a reference algorithm on such a World deals only a checkpoint's re-deal (the
         # reference's "relaxed" partition): load_state_dict may still come; iterating checks
-        return
+        return key, kept
     plan.rank_num_samples(place.world, place.rank, 0)
+    return key, kept

@@ -64,7 +64,7 @@ from astream.runtime.binding import (
 )
 from astream.storage.base import ObjectInfo, ObjectStore
 
-__all__ = ["COMPACT", "COMPACT_MIN", "INDEX", "load_index", "local_copy"]
+__all__ = ["COMPACT", "COMPACT_MIN", "INDEX", "load_index", "load_local_index", "local_copy"]
 
 INDEX = "index.json"
 COMPACT = "index.compact"  # under .astream/: the parsed copy of a large index (see load_index)
@@ -80,20 +80,27 @@ def local_copy(index: Index) -> bool:
     return _LOCAL_COPIES.get(id(index)) is index
 
 
+def load_local_index(local: str) -> Index:
+    """The index of a stream with no remote, read from ``local`` (no I/O to await: the
+    blocking constructor reads it in its own thread)."""
+    path = os.path.join(local, INDEX)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise MissingIndexError(
+            f"No `remote` provided, but local file {path} does not exist: give `remote`, "
+            "or point `local` at an MDS dataset"
+        ) from None
+    return parse_index(data, path)
+
+
 async def load_index(store: ObjectStore | None, local: str) -> Index:
     """The stream's index, revalidated against the remote when there is one, and ``local``
     bound to that remote (see :mod:`astream.runtime.binding`)."""
     path = os.path.join(local, INDEX)
     if store is None:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            raise MissingIndexError(
-                f"No `remote` provided, but local file {path} does not exist: give `remote`, "
-                "or point `local` at an MDS dataset"
-            ) from None
-        return parse_index(data, path)
+        return load_local_index(local)
     remote = store.url
     bound = read_binding(local)
     if bound is not None and bound.remote != remote:

@@ -43,6 +43,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+try:
+    import resource
+except ImportError:  # pragma: no cover - not on Linux/macOS
+    resource = None  # type: ignore[assignment]
+
 from astream.core.shard import SampleDecoder, ShardView
 from astream.core.splitformats import SplitDecoder, split_offsets
 from astream.errors import FormatError, IntegrityError
@@ -62,11 +67,11 @@ DROP_SAMPLE_BYTES = 32 << 10  # ShardOpener.drop_read: shards whose samples aver
 
 
 def _nofile() -> int:
+    if resource is None:  # pragma: no cover - not on Linux/macOS
+        return 1024
     try:
-        import resource
-
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (ImportError, OSError, ValueError):  # pragma: no cover - not on Linux/macOS
+    except (OSError, ValueError):  # pragma: no cover
         return 1024
     return soft if soft > 0 else 1 << 20
 

@@ -9,9 +9,10 @@ so every run of the same job reuses the same cache.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
-from collections.abc import Coroutine, Generator, Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,14 +30,26 @@ from astream.core.stream import (
 )
 from astream.errors import ConfigError
 from astream.runtime.catalog import StreamSource
-from astream.runtime.index_load import load_index
+from astream.runtime.index_load import load_index, load_local_index
 from astream.runtime.stores import StorePool
 from astream.storage import RetryPolicy
 
 if TYPE_CHECKING:
     from astream.runtime.config import DatasetConfig
 
-__all__ = ["aresolve_sources", "default_local", "resolve_sources", "resolve_steps"]
+__all__ = ["CpuStep", "aresolve_sources", "default_local", "resolve_sources", "resolve_steps"]
+
+
+class CpuStep:
+    """A step of a constructor's generator that computes without I/O to await: a blocking
+    driver calls it in its own thread, an async one runs it in a worker thread so that the
+    caller's loop stays free."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Callable[[], Any]) -> None:
+        self.run = run
+
 
 Resolved = tuple[list[StreamSpec], list[StreamSource], StorePool]
 # what resolve_steps plans per stream before loading: (remote root or None, local directory)
@@ -159,10 +172,10 @@ def resolve_sources(*args: Any, **kwargs: Any) -> Resolved:
     steps = resolve_steps(*args, **kwargs)
     load = next(steps)
     try:
-        again = steps.send(bridge.run(load))
+        steps.send(load.run() if isinstance(load, CpuStep) else bridge.run(load))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
-    again.close()  # pragma: no cover
+    steps.close()  # pragma: no cover
     raise AssertionError("resolve_steps yields once")  # pragma: no cover
 
 
@@ -171,10 +184,11 @@ async def aresolve_sources(*args: Any, **kwargs: Any) -> Resolved:
     steps = resolve_steps(*args, **kwargs)
     load = next(steps)
     try:
-        again = steps.send(await load)
+        got = await asyncio.to_thread(load.run) if isinstance(load, CpuStep) else await load
+        steps.send(got)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
-    again.close()  # pragma: no cover
+    steps.close()  # pragma: no cover
     raise AssertionError("resolve_steps yields once")  # pragma: no cover
 
 
@@ -258,11 +272,12 @@ def resolve_steps(
     stream_name: str = "stream",
     stream_config: dict[str, Any] | None = None,
     streams_out: list[Any] | None = None,
-) -> Generator[Coroutine[Any, Any, list[Index]], list[Index], Resolved]:
+) -> Generator[Coroutine[Any, Any, list[Index]] | CpuStep, list[Index], Resolved]:
     """Resolve and load every stream (fetching and revalidating remote indexes).
 
     A generator, so that one definition serves the blocking and the async constructor: it
-    yields the coroutine that loads the indexes once, is sent its result, and returns
+    yields what loads the indexes once (the coroutine, or a :class:`CpuStep` when every
+    stream is a local MDS directory), is sent its result, and returns
     ``(specs, sources, stores)`` (drivers: :func:`resolve_sources`, :func:`aresolve_sources`).
     ``streams_out`` receives the resolved ``Stream`` objects (the one that ``remote``/``local``
     make too).
@@ -294,7 +309,12 @@ def resolve_steps(
     _check_weights(weights, cfg.epoch_size)
     pool = StorePool(default_policy, storage_options, policies=policies)
 
-    indexes = yield _load_all(plans, pq_plans, pool)
+    if all(r is None for r, _ in plans) and all(pq is None for pq in pq_plans):
+        # only local MDS indexes: plain file reads, so no loop (a blocking constructor then
+        # never starts astream's loop thread for them)
+        indexes = yield CpuStep(lambda: [load_local_index(lo) for _, lo in plans])
+    else:
+        indexes = yield _load_all(plans, pq_plans, pool)
     sources = [
         StreamSource(
             r,
