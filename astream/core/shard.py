@@ -39,6 +39,7 @@ __all__ = [
     "SampleEncoder",
     "ShardView",
     "build_shard",
+    "check_config",
     "header_size",
     "parse_offsets",
 ]
@@ -137,7 +138,7 @@ class ShardView:
             )
         offsets = parse_offsets(mv, source, entry.samples, len(mv))
         config_end = int(offsets[0])
-        _check_config(mv[header_size(entry.samples) : config_end], entry, source)
+        check_config(mv[header_size(entry.samples) : config_end], entry, source)
         self._mv = mv
         self._offsets = compact_offsets(offsets)
         self.entry = entry
@@ -157,7 +158,9 @@ class ShardView:
         self._mv.release()
 
 
-def _check_config(raw: memoryview, entry: ShardEntry, source: str) -> None:
+def check_config(raw: memoryview, entry: ShardEntry, source: str) -> None:
+    """The shard's own config JSON (between its offsets and its first sample) agrees with its
+    entry in the index: the same columns, encodings, sizes and format (FormatError if not)."""
     try:
         config = json.loads(bytes(raw))
     except ValueError:

@@ -3,11 +3,14 @@ ranges, or from its shard fetched whole.
 
 Theory of operation
 -------------------
-A shard already in the cache is read from the map; an uncompressed shard that is not is read
-with two ranged GETs -- its header (then remembered) and exactly the sample's bytes -- so one
-sample never costs a shard download. The sample's bytes are then kept in a bounded memory tier
-(``SampleMemo``, ``random_memory`` bytes, least recently used out first), so reading it again
-costs no request and counts toward nothing.
+A shard this process has open is read from its map. One in the cache that it has not opened
+is read with ``pread`` (``ShardOpener.read_unmapped``: the sample's offsets, then its bytes),
+where opening would map the shard and check its whole offsets table for one sample; under a
+``cache_limit`` (a read pins the shard) or a hash check it is opened. An uncompressed shard
+not in the cache is read with two ranged GETs -- its header (then remembered) and exactly the
+sample's bytes -- so one sample never costs a shard download. The sample's bytes are then
+kept in a bounded memory tier (``SampleMemo``, ``random_memory`` bytes, least recently used
+out first), so reading it again costs no request and counts toward nothing.
 
 Promotion to a whole-shard fetch is rent-or-buy, in time: a ranged GET costs mostly its
 latency, a download mostly its bytes. The measured seconds of the ranged reads of one shard
@@ -49,11 +52,18 @@ class RandomAccess(RangeReads):
 
     def get(self, i: int) -> dict[str, Any]:
         """Sample ``i`` (a global index) without downloading its shard when avoidable."""
-        opener = self._parts().random
+        parts = self._parts()
+        opener = parts.random
         s, li = self.catalog.locate_one(i)
-        h = opener.try_open(s)
+        h = opener.cached(s)
+        if h is None:
+            got = opener.read_unmapped(s, li)
+            if got is not None:
+                parts.stats.samples += 1
+                return got
+            h = opener.try_open(s)
         if h is not None:
-            self.stats.samples += 1
+            parts.stats.samples += 1
             return h.sample(li)
         if self._sample_rangeable(s):
             kept = self._remembered(s, li)  # without a trip to the loop thread
@@ -63,13 +73,20 @@ class RandomAccess(RangeReads):
             if got is not None:
                 return got
         h = opener.open(s, lambda s: bridge.run(self._fetch_whole(s, True)))
-        self.stats.samples += 1
+        parts.stats.samples += 1
         return h.sample(li)
 
     async def aget(self, i: int) -> dict[str, Any]:
-        opener = self._parts().random
+        parts = self._parts()
+        opener = parts.random
         s, li = self.catalog.locate_one(i)
-        h = opener.try_open(s)
+        h = opener.cached(s)
+        if h is None:
+            got = opener.read_unmapped(s, li)
+            if got is not None:
+                parts.stats.samples += 1
+                return got
+            h = opener.try_open(s)
         if h is None:
             if self._sample_rangeable(s):
                 return await self.aget_range(s, li)
@@ -81,7 +98,7 @@ class RandomAccess(RangeReads):
             h = opener.try_open(s)
             if h is None:
                 return await self.aget(i)
-        self.stats.samples += 1
+        parts.stats.samples += 1
         return h.sample(li)
 
     def _sample_rangeable(self, s: int) -> bool:

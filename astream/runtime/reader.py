@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -48,7 +49,7 @@ try:
 except ImportError:  # pragma: no cover - not on Linux/macOS
     resource = None  # type: ignore[assignment]
 
-from astream.core.shard import SampleDecoder, ShardView
+from astream.core.shard import SampleDecoder, ShardView, check_config, header_size
 from astream.core.splitformats import SplitDecoder, split_offsets
 from astream.errors import FormatError, IntegrityError
 from astream.runtime.batch_groups import Groups
@@ -64,6 +65,7 @@ __all__ = ["ShardOpener", "decode_batch"]
 
 
 DROP_SAMPLE_BYTES = 32 << 10  # ShardOpener.drop_read: shards whose samples average this
+_PAIR = struct.Struct("<II")
 
 
 def _nofile() -> int:
@@ -175,6 +177,7 @@ class ShardOpener:
         self.validate_hash = validate_hash
         self._dropped: set[int] = set()  # cached copies found corrupt and deleted (once each)
         self._big: dict[int, int] = {}  # shard -> see big()
+        self._heads: dict[int, tuple[str, int, int, int, Any]] = {}  # shard -> see _head()
 
     def decoder(self, s: int) -> SampleDecoder | SplitDecoder:
         e = self.catalog.entries[s]
@@ -297,6 +300,81 @@ class ShardOpener:
         if shard.zip_key is None:  # a compressed shard is never read by ranges
             key = (shard.remote, shard.raw_key)
             self.versions.check_file(shard.files.raw_path, key, shard.url())
+
+    def read_unmapped(self, s: int, li: int) -> dict[str, Any] | None:
+        """Sample ``li`` of shard ``s``, decoded from its bytes read from its cached file with
+        ``pread`` (the sample's two offsets, then its bytes) without opening the shard: what
+        random access does with a shard it has not opened. Opening maps the shard and checks its
+        whole offsets table, hundreds of microseconds for a cold shard of tens of thousands
+        of samples, which a few random reads would pay each time they reach a new shard.
+
+        Only for a complete, uncompressed, unsplit MDS file that needs no pin (no
+        ``cache_limit``) and no hash check. The checks are those this read depends on: the
+        file's size and sample count are the index's and its config agrees with the index
+        (once per shard and process), and the two offsets lie in order between the end of
+        the header and the end of the file, which holds all the bytes between them. None
+        whenever any of this does not hold: the caller then opens the shard, whose full
+        checks raise the precise error (or delete a corrupt cached copy and fetch it
+        again)."""
+        head = self._heads.get(s)
+        if head is None:
+            head = self._head(s)
+            if head is None:
+                return None
+        path, size, n, first, decode = head
+        if not 0 <= li < n:
+            return None
+        if self.versions is not None:
+            self._check_version(s)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            a, b = _PAIR.unpack(os.pread(fd, 8, 4 + 4 * li))
+            if not first <= a <= b <= size:
+                return None
+            data = os.pread(fd, b - a, a)
+        except (OSError, struct.error):
+            return None
+        finally:
+            os.close(fd)
+        if len(data) != b - a:
+            return None
+        try:
+            return decode(memoryview(data))  # type: ignore[no-any-return]
+        except FormatError:  # e.g. a span over two samples: the open's checks say why
+            return None
+
+    def _head(self, s: int) -> tuple[str, int, int, int, Any] | None:
+        """(path, size, samples, first sample offset, decode) of shard ``s`` for
+        :meth:`read_unmapped`, after the checks of its file that do not read its offsets
+        table: its size, its sample count and its config. Kept once they pass; None (checked
+        again next time) while the file is absent or does not pass, or for a shard that is
+        never read so."""
+        shard = self.catalog.shards[s]
+        entry = self.catalog.entries[s]
+        if (
+            self.pinning
+            or entry.format != "mds"
+            or shard.meta is not None
+            or (shard.validate_hash or self.validate_hash) is not None
+        ):
+            return None
+        path, size, n = shard.files.raw_path, shard.files.raw_size, entry.samples
+        start = header_size(n)
+        try:
+            with open(path, "rb", buffering=0) as f:
+                if os.fstat(f.fileno()).st_size != size:
+                    return None
+                count, first = _PAIR.unpack(os.pread(f.fileno(), 8, 0))
+                if count != n or not start <= first <= size:
+                    return None
+                check_config(memoryview(os.pread(f.fileno(), first - start, start)), entry, path)
+        except (OSError, struct.error, FormatError):
+            return None
+        head = self._heads[s] = (path, size, n, first, self.decoder(s).decode)
+        return head
 
     def try_open(self, s: int) -> OpenShard | None:
         """Open shard ``s`` if its file is complete in the cache (pinning it under a limit)."""
