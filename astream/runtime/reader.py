@@ -49,6 +49,7 @@ try:
 except ImportError:  # pragma: no cover - not on Linux/macOS
     resource = None  # type: ignore[assignment]
 
+from astream.core.index import ShardEntry
 from astream.core.shard import SampleDecoder, ShardView, check_config, header_size
 from astream.core.splitformats import SplitDecoder, split_offsets
 from astream.errors import FormatError, IntegrityError
@@ -179,8 +180,10 @@ class ShardOpener:
         self._big: dict[int, int] = {}  # shard -> see big()
         self._heads: dict[int, tuple[str, int, int, int, Any]] = {}  # shard -> see _head()
 
-    def decoder(self, s: int) -> SampleDecoder | SplitDecoder:
-        e = self.catalog.entries[s]
+    def decoder(self, s: int, entry: ShardEntry | None = None) -> SampleDecoder | SplitDecoder:
+        """The decoder of shard ``s``'s layout (one per layout and process); ``entry`` is its
+        index entry when the caller has it."""
+        e = self.catalog.entries[s] if entry is None else entry
         key = (e.format, e.separator, e.newline, tuple(e.column_names),
                tuple(e.column_encodings), tuple(e.column_sizes))  # fmt: skip
         dec = self._decoders.get(key)
@@ -373,7 +376,7 @@ class ShardOpener:
                 check_config(memoryview(os.pread(f.fileno(), first - start, start)), entry, path)
         except (OSError, struct.error, FormatError):
             return None
-        head = self._heads[s] = (path, size, n, first, self.decoder(s).decode)
+        head = self._heads[s] = (path, size, n, first, self.decoder(s, entry).decode)
         return head
 
     def try_open(self, s: int) -> OpenShard | None:
