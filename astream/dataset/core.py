@@ -318,6 +318,13 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
         packing.setup(self, kw)  # pack_to: token packing (docs/batches.md)
         self._check_presets()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A pickled copy (a spawned DataLoader worker's, say) plans its own epochs: the plan
+        cache is not pickled (a reference plan of ten million samples pickles to ~40 MB)."""
+        state = self.__dict__.copy()
+        state["_plans"] = {}
+        return state
+
     def _check_catalog(self, allow_unsafe_types: bool) -> int:
         """Check the resolved streams against the settings; returns the average samples per
         shard."""

@@ -110,3 +110,18 @@ def _take(ds: Any, n: int) -> list[dict[str, Any]]:
         if len(out) == n:
             break
     return out
+
+
+def test_a_pickled_dataset_leaves_its_plans_behind_and_plans_the_same(local_data: str) -> None:
+    # a spawned worker gets the dataset pickled: a plan of ten million samples would add tens
+    # of MB to every worker's start; the copy plans the same epoch itself
+    import pickle
+
+    from astream import StreamingDataset
+
+    ds = StreamingDataset(local=local_data, batch_size=4, shuffle=True)
+    assert len(ds._plans) == 1
+    copy = pickle.loads(pickle.dumps(ds))
+    assert copy._plans == {} and len(ds._plans) == 1
+    assert [s["label"] for s in _take(copy, 8)] == [s["label"] for s in _take(ds, 8)]
+    assert len(copy._plans) == 1  # planned again, when iterated
