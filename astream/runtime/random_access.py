@@ -53,18 +53,10 @@ class RandomAccess(RangeReads):
     def get(self, i: int) -> dict[str, Any]:
         """Sample ``i`` (a global index) without downloading its shard when avoidable."""
         parts = self._parts()
-        opener = parts.random
         s, li = self.catalog.locate_one(i)
-        h = opener.cached(s)
-        if h is None:
-            got = opener.read_unmapped(s, li)
-            if got is not None:
-                parts.stats.samples += 1
-                return got
-            h = opener.try_open(s)
-        if h is not None:
-            parts.stats.samples += 1
-            return h.sample(li)
+        local = self._from_cache(parts, s, li)
+        if local is not None:
+            return local
         if self._sample_rangeable(s):
             kept = self._remembered(s, li)  # without a trip to the loop thread
             return kept if kept is not None else bridge.run(self.aget_range(s, li))
@@ -72,14 +64,35 @@ class RandomAccess(RangeReads):
             got = bridge.run(self.aget_pages(s, li))
             if got is not None:
                 return got
-        h = opener.open(s, lambda s: bridge.run(self._fetch_whole(s, True)))
+        h = parts.random.open(s, lambda s: bridge.run(self._fetch_whole(s, True)))
         parts.stats.samples += 1
         return h.sample(li)
 
     async def aget(self, i: int) -> dict[str, Any]:
         parts = self._parts()
-        opener = parts.random
         s, li = self.catalog.locate_one(i)
+        local = self._from_cache(parts, s, li)
+        if local is not None:
+            return local
+        if self._sample_rangeable(s):
+            return await self.aget_range(s, li)
+        if self.catalog.entries[s].format == "parquet" and self._rangeable(s):
+            got = await self.aget_pages(s, li)
+            if got is not None:
+                return got
+        await self._fetch_whole(s, True)
+        h = parts.random.try_open(s)
+        if h is None:
+            return await self.aget(i)
+        parts.stats.samples += 1
+        return h.sample(li)
+
+    @staticmethod
+    def _from_cache(parts: ProcessParts, s: int, li: int) -> dict[str, Any] | None:
+        """Sample ``li`` of shard ``s`` from this machine: from the shard's map when this
+        process has it open, else read from the cached file without opening it, else from the
+        shard opened; None when the shard is not in the cache."""
+        opener = parts.random
         h = opener.cached(s)
         if h is None:
             got = opener.read_unmapped(s, li)
@@ -88,16 +101,7 @@ class RandomAccess(RangeReads):
                 return got
             h = opener.try_open(s)
         if h is None:
-            if self._sample_rangeable(s):
-                return await self.aget_range(s, li)
-            if self.catalog.entries[s].format == "parquet" and self._rangeable(s):
-                got = await self.aget_pages(s, li)
-                if got is not None:
-                    return got
-            await self._fetch_whole(s, True)
-            h = opener.try_open(s)
-            if h is None:
-                return await self.aget(i)
+            return None
         parts.stats.samples += 1
         return h.sample(li)
 
