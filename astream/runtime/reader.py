@@ -179,6 +179,7 @@ class ShardOpener:
         self._dropped: set[int] = set()  # cached copies found corrupt and deleted (once each)
         self._big: dict[int, int] = {}  # shard -> see big()
         self._heads: dict[int, tuple[str, int, int, int, Any]] = {}  # shard -> see _head()
+        self._mapped_only: set[int] = set()  # shards that read_unmapped never reads
 
     def decoder(self, s: int, entry: ShardEntry | None = None) -> SampleDecoder | SplitDecoder:
         """The decoder of shard ``s``'s layout (one per layout and process); ``entry`` is its
@@ -321,6 +322,8 @@ class ShardOpener:
         again)."""
         head = self._heads.get(s)
         if head is None:
+            if self.pinning or s in self._mapped_only:
+                return None
             head = self._head(s)
             if head is None:
                 return None
@@ -358,11 +361,11 @@ class ShardOpener:
         shard = self.catalog.shards[s]
         entry = self.catalog.entries[s]
         if (
-            self.pinning
-            or entry.format != "mds"
+            entry.format != "mds"
             or shard.meta is not None
             or (shard.validate_hash or self.validate_hash) is not None
         ):
+            self._mapped_only.add(s)
             return None
         path, size, n = shard.files.raw_path, shard.files.raw_size, entry.samples
         start = header_size(n)
