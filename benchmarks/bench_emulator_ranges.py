@@ -4,10 +4,10 @@
 
 A client (boto3 for moto, plain HTTP for fake-gcs-server, both straight to the server, no
 proxy) puts one object of each size (1, 16 and 64 MiB of random bytes), then reads 2,500
-bytes from its middle 15 times; the report is the median per size and server. On S3 the time
-of a ranged GET does not grow with the object it reads from; on an emulator that reads the
-whole object to answer it, it does, and a client that reads by ranges (a first batch, random
-access, a download in parts) pays for it there. The cold rows of docs/benchmarks.md are read
+bytes from its middle 15 times; the report is the median per size and server. On a server
+that reads the whole object to answer a ranged GET, its time grows with the object, and a
+client that reads by ranges (a first batch, random access, a download in parts) pays for it
+there. The cold rows of docs/benchmarks.md are read
 with this in mind.
 """
 
