@@ -21,7 +21,6 @@ import numpy as np
 import torch
 from astream import StreamingDataLoader, StreamingDataset, bridge
 import astream.core.order as order
-import astream.dataset.epochs as epochs
 
 made = []
 plan_epoch = order.plan_epoch
