@@ -330,8 +330,7 @@ class ShardOpener:
         path, size, n, first, decode = head
         if not 0 <= li < n:
             return None
-        if self.versions is not None:
-            self._check_version(s)
+        self._check_version(s)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:

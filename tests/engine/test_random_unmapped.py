@@ -139,3 +139,17 @@ def test_offsets_into_the_header_are_refused_even_when_their_length_decodes(
     ds = StreamingDataset(local=path, batch_size=1)
     with pytest.raises(FormatError, match="sample offsets out of order at sample 2: "):
         ds[3]
+
+
+def test_a_shard_truncated_after_its_first_read_is_refused(data) -> None:
+    # the once-per-shard checks passed; the file is cut afterwards (a disk full, a careless
+    # copy): a read past the new end gets the open's error, never a short sample
+    path, samples = data
+    f = _shard_file(path, 0)
+    ds = StreamingDataset(local=path, batch_size=1)
+    _same(ds[0], samples[0])
+    n = struct.unpack("<I", Path(f).read_bytes()[:4])[0]
+    with open(f, "r+b") as fh:
+        fh.truncate(os.path.getsize(f) - 10)
+    with pytest.raises(FormatError, match=r"shard is .* bytes, index says"):
+        ds[n - 1]
