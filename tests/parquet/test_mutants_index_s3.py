@@ -134,19 +134,20 @@ def test_cold_keys_before_the_index_name_are_read_once_it_is_passed(
     names = held + [f"q{i:02d}.parquet" for i in range(12)]
     url = _s3(tmp_path, s3_bucket, names)
     proxy = make_proxy(s3_server.url)
-    # the fourth page, if it comes first, is held until P0's footer is asked for (10 s at
-    # most): a busy machine can no longer list two pages before the footer task sends its
-    # first request, and code that read footers only once the listing ended would wait out
-    # the 10 s and fail below
+    # the answer to the third page is held until P0's footer is asked for (10 s at most), so
+    # the fourth page cannot be asked for before it: a busy machine can no longer list two
+    # pages ahead of the footer task's first request (holding the fourth page's answer was
+    # not enough: its request is counted before it is held), and code that read footers only
+    # once the listing ended would wait out the 10 s and fail below
     lists = [0]
 
-    def fourth_page(method: str, path: str, rng: str) -> bool:
+    def third_page(method: str, path: str, rng: str) -> bool:
         if path.endswith(".parquet"):
             return False
         lists[0] += 1
-        return lists[0] == 4
+        return lists[0] == 3
 
-    gate = proxy.hold(fourth_page)
+    gate = proxy.hold(third_page)
 
     def release() -> None:
         deadline = time.monotonic() + 10
