@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.servers import GcsEmulator, S3Emulator  # noqa: E402
+from benchmarks.servers import GcsEmulator, S3Emulator
 
 SIZES_MIB = (1, 16, 64)
 READS = 15

@@ -68,6 +68,7 @@ def side_astream(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     import astream
     from astream import StreamingDataset
+
     try:
         from astream.parquet import io_index as parquet_index
     except ImportError:  # an older tree (--base): the index module's former place

@@ -1,7 +1,8 @@
 """Local random access, per item: p50/p99 of ``ds[i]`` in a fresh process, astream against
 mosaicml-streaming, on one local dataset (no remote) of each kind.
 
-    python benchmarks/bench_random.py --data /tmp/random-data --out benchmarks/results/random-local/raw.json
+    python benchmarks/bench_random.py --data /tmp/random-data \
+        --out benchmarks/results/random-local/raw.json
 
 Data (written once under ``--data`` by astream's writer; both libraries read the same files):
 tokens, 50,000 uint16 arrays of 512-2,048 tokens; images, 5,000 samples of 100 kB of random

@@ -5,13 +5,16 @@ Theory of operation
 The proxy sits between a library's S3 client and the S3 emulator. Every request waits
 ``latency_ms`` before it is forwarded (a fixed per-request cost, like a real object store's
 first-byte latency); response bodies are streamed back in chunks, paced so that the whole
-proxy never exceeds ``bandwidth_mbps`` (0 = unlimited). It counts requests and body bytes in
-both directions, which is how the benchmark measures what each library transferred.
+proxy never exceeds ``bandwidth_mbps`` and no single answer exceeds ``conn_mbps`` (megabytes
+per second; 0 = unlimited). A per-answer cap is how a real object store behaves: one
+connection tops out at tens of MB/s, and a client gets more only by reading over several at
+once. It counts requests and body bytes in both directions, which is how the benchmark
+measures what each library transferred.
 
 Control endpoints live under ``/__bench__/`` (an S3 bucket name cannot contain ``_``):
 ``GET stats`` returns the counters (requests, body bytes, the peak number of requests in
 flight, answers with a status of 400 or more) as JSON, ``POST reset`` zeroes them, ``POST config``
-with query ``latency_ms`` / ``bandwidth_mbps`` / ``close`` changes the shaping.
+with query ``latency_ms`` / ``bandwidth_mbps`` / ``conn_mbps`` / ``close`` changes the shaping.
 
 Connections: by default the proxy keeps client connections alive, as a real object store does.
 With ``close=1`` every answer carries ``Connection: close``, as moto's own server does: a client
@@ -38,10 +41,17 @@ _HOP = {"connection", "keep-alive", "transfer-encoding", "upgrade", "proxy-conne
 
 
 class Proxy:
-    def __init__(self, upstream: str, latency_ms: float = 0.0, bandwidth_mbps: float = 0.0):
+    def __init__(
+        self,
+        upstream: str,
+        latency_ms: float = 0.0,
+        bandwidth_mbps: float = 0.0,
+        conn_mbps: float = 0.0,
+    ):
         self.upstream = upstream.rstrip("/")
         self.latency_ms = latency_ms
         self.bandwidth_mbps = bandwidth_mbps
+        self.conn_mbps = conn_mbps  # the cap of one answer's body, MB/s (0: none)
         self.close_connections = False  # True: every answer closes its connection
         self.session: aiohttp.ClientSession | None = None
         self._pace_lock = asyncio.Lock()
@@ -67,6 +77,7 @@ class Proxy:
             "peak_in_flight": self.peak_in_flight,
             "latency_ms": self.latency_ms,
             "bandwidth_mbps": self.bandwidth_mbps,
+            "conn_mbps": self.conn_mbps,
             "close": float(self.close_connections),
         }
 
@@ -88,6 +99,7 @@ class Proxy:
             q = request.query
             self.latency_ms = float(q.get("latency_ms", self.latency_ms))
             self.bandwidth_mbps = float(q.get("bandwidth_mbps", self.bandwidth_mbps))
+            self.conn_mbps = float(q.get("conn_mbps", self.conn_mbps))
             self.close_connections = bool(float(q.get("close", self.close_connections)))
         elif what != "stats":
             raise web.HTTPNotFound()
@@ -132,8 +144,13 @@ class Proxy:
                     if k.lower() not in _HOP:
                         resp.headers.add(k, v)
                 await resp.prepare(request)
+                own = time.monotonic()  # when this answer may send its next chunk
                 async for chunk in up.content.iter_chunked(1 << 18):
                     await self._pace(len(chunk))
+                    if self.conn_mbps > 0:
+                        now = time.monotonic()
+                        own = max(own, now) + len(chunk) / (self.conn_mbps * 1e6)
+                        await asyncio.sleep(own - now)
                     self.bytes_out += len(chunk)
                     sent += len(chunk)
                     await resp.write(chunk)
@@ -160,8 +177,10 @@ def _log(what: str, request: web.Request, t0: float) -> None:
     )
 
 
-async def serve(upstream: str, port: int, latency_ms: float, bandwidth_mbps: float) -> None:
-    proxy = Proxy(upstream, latency_ms, bandwidth_mbps)
+async def serve(
+    upstream: str, port: int, latency_ms: float, bandwidth_mbps: float, conn_mbps: float = 0.0
+) -> None:
+    proxy = Proxy(upstream, latency_ms, bandwidth_mbps, conn_mbps)
     # One upstream connection per request: moto's threaded werkzeug server occasionally never
     # answers a request sent on a reused keep-alive connection, which showed up as a client's
     # 60 s read timeout. A stalled upstream read now fails after 20 s instead of hanging.
@@ -189,6 +208,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--latency-ms", type=float, default=0.0)
     ap.add_argument("--bandwidth-mbps", type=float, default=0.0)
+    ap.add_argument("--conn-mbps", type=float, default=0.0, help="cap of one answer, MB/s")
     ap.add_argument("--exit-with-parent", action="store_true", help="exit on stdin EOF")
     a = ap.parse_args()
     if a.exit_with_parent:
@@ -196,7 +216,7 @@ def main() -> None:
 
         exit_with_parent()
     try:
-        asyncio.run(serve(a.upstream, a.port, a.latency_ms, a.bandwidth_mbps))
+        asyncio.run(serve(a.upstream, a.port, a.latency_ms, a.bandwidth_mbps, a.conn_mbps))
     except KeyboardInterrupt:
         sys.exit(0)
 

@@ -91,6 +91,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--latencies-ms", default="0,20", help="cold scenario proxy latencies")
     ap.add_argument("--bandwidth-mbps", type=float, default=0.0, help="0 = no cap")
     ap.add_argument(
+        "--conn-mbps",
+        type=float,
+        default=0.0,
+        help="cold scenario: the cap of one answer's body in MB/s, as a real object store caps "
+        "one connection (0 = no cap; case cold/<wl>/<ms>ms-<N>MBps)",
+    )
+    ap.add_argument(
+        "--cold-workers",
+        default="2",
+        help="cold scenario: DataLoader workers, comma-separated (case suffix -w<N> unless 2)",
+    )
+    ap.add_argument(
         "--connections",
         default="keep-alive",
         help="cold scenario: how the proxy treats client connections, comma-separated: "
@@ -304,29 +316,38 @@ class Harness:
         for ms in [float(x) for x in self.a.latencies_ms.split(",") if x]:
             for conn in self.a.connections:
                 self.cold_at(ms, conn)
-        self.s3.control("config", latency_ms=0, bandwidth_mbps=0, close=0)
+        self.s3.control("config", latency_ms=0, bandwidth_mbps=0, conn_mbps=0, close=0)
 
     def cold_at(self, ms: float, conn: str) -> None:
         """The cold cases at one latency and one connection mode (CONNECTIONS)."""
         close = int(conn == "close")
-        self.s3.control("config", latency_ms=ms, bandwidth_mbps=self.a.bandwidth_mbps, close=close)
-        for wl in self.a.workloads:
+        a = self.a
+        self.s3.control(
+            "config",
+            latency_ms=ms,
+            bandwidth_mbps=a.bandwidth_mbps,
+            conn_mbps=a.conn_mbps,
+            close=close,
+        )
+        per_conn = f"-{a.conn_mbps:g}MBps" if a.conn_mbps > 0 else ""
+        for wl in a.workloads:
             if wl == "tokens-zstd":
                 continue
-            label = f"{ms:g}ms{CONNECTIONS[conn]}"
+            label = f"{ms:g}ms{per_conn}{CONNECTIONS[conn]}"
             physical.raw_get(self, wl, label)
-            self.case(
-                f"cold/{wl}/{label}",
-                {
-                    "scenario": "epoch",
-                    "workload": wl,
-                    "cold": True,
-                    "num_workers": 2,
-                    "record_ids": True,
-                },
-                libs=self.epoch_libs(),
-                fresh=["cache"],
-            )
+            for w in [int(x) for x in a.cold_workers.split(",") if x]:
+                self.case(
+                    f"cold/{wl}/{label}" + ("" if w == 2 else f"-w{w}"),
+                    {
+                        "scenario": "epoch",
+                        "workload": wl,
+                        "cold": True,
+                        "num_workers": w,
+                        "record_ids": True,
+                    },
+                    libs=self.epoch_libs(),
+                    fresh=["cache"],
+                )
 
     def do_resume(self) -> None:
         wl = "tokens" if "tokens" in self.a.workloads else self.a.workloads[0]

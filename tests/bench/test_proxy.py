@@ -91,3 +91,46 @@ def test_counts_error_answers(s3: S3Emulator) -> None:
     assert _answer(s3.endpoint, "/nobucket/x")[0] == 404
     stats = s3.control("stats")
     assert (stats["requests"], stats["error_responses"]) == (2, 1)
+
+
+
+def _gets(endpoint: str, n: int) -> tuple[float, list[tuple[float, int]]]:
+    """n GETs of the 1 MiB object at once: (seconds for all, [(seconds, bytes)] of each)."""
+    import asyncio
+
+    from benchmarks.s3util import _client
+
+    async def run() -> tuple[float, list[tuple[float, int]]]:
+        async with _client(endpoint) as s3c:
+
+            async def one() -> tuple[float, int]:
+                t0 = time.perf_counter()
+                resp = await s3c.get_object(Bucket="bench", Key="p/a.bin")
+                async with resp["Body"] as body:
+                    got = len(await body.read())
+                return time.perf_counter() - t0, got
+
+            await one()  # the client's connection setup, outside the timings
+            t0 = time.perf_counter()
+            each = await asyncio.gather(*(one() for _ in range(n)))
+            return time.perf_counter() - t0, list(each)
+
+    return asyncio.run(run())
+
+
+def test_conn_mbps_caps_each_answer_not_all_of_them(s3: S3Emulator) -> None:
+    """1 MB/s per answer: one GET of the 1 MiB object takes at least 1.05 s, and four at
+    once take about as long, where a cap shared by all answers would need 4.2 s."""
+    floor = (1 << 20) / 1e6
+    fast, _ = _gets(s3.endpoint, 1)
+    s3.control("config", conn_mbps=1)
+    try:
+        assert s3.control("stats")["conn_mbps"] == 1.0
+        _, [(one, n)] = _gets(s3.endpoint, 1)
+        together, four = _gets(s3.endpoint, 4)
+    finally:
+        s3.control("config", conn_mbps=0)
+    assert n == 1 << 20 and one >= floor
+    assert all(s >= floor and m == 1 << 20 for s, m in four)
+    assert together < 3.0, together
+    assert fast < 0.5  # the same GET without the cap
