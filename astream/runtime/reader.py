@@ -69,6 +69,12 @@ DROP_SAMPLE_BYTES = 32 << 10  # ShardOpener.drop_read: shards whose samples aver
 _PAIR = struct.Struct("<II")
 
 
+def _layout(e: ShardEntry) -> tuple[Any, ...]:
+    """What a decoder of a shard depends on, and all its config is checked against."""
+    return (e.format, e.separator, e.newline, tuple(e.column_names),
+            tuple(e.column_encodings), tuple(e.column_sizes))  # fmt: skip
+
+
 def _nofile() -> int:
     if resource is None:  # pragma: no cover - not on Linux/macOS
         return 1024
@@ -180,13 +186,14 @@ class ShardOpener:
         self._big: dict[int, int] = {}  # shard -> see big()
         self._heads: dict[int, tuple[str, int, int, int, Any]] = {}  # shard -> see _head()
         self._mapped_only: set[int] = set()  # shards that read_unmapped never reads
+        # (config bytes, layout) pairs whose config agreed with the index (``_head``)
+        self._configs_ok: set[tuple[bytes, tuple[Any, ...]]] = set()
 
     def decoder(self, s: int, entry: ShardEntry | None = None) -> SampleDecoder | SplitDecoder:
         """The decoder of shard ``s``'s layout (one per layout and process); ``entry`` is its
         index entry when the caller has it."""
         e = self.catalog.entries[s] if entry is None else entry
-        key = (e.format, e.separator, e.newline, tuple(e.column_names),
-               tuple(e.column_encodings), tuple(e.column_sizes))  # fmt: skip
+        key = _layout(e)
         dec = self._decoders.get(key)
         if dec is None:
             src = self.catalog.shards[s].url()
@@ -321,21 +328,30 @@ class ShardOpener:
         checks raise the precise error (or delete a corrupt cached copy and fetch it
         again)."""
         head = self._heads.get(s)
+        entry = None
         if head is None:
             if self.pinning or s in self._mapped_only:
                 return None
-            head = self._head(s)
-            if head is None:
+            entry = self._unmappable(s)
+            if entry is None:
                 return None
-        path, size, n, first, decode = head
-        if not 0 <= li < n:
+            path = self.catalog.shards[s].files.raw_path
+        elif not 0 <= li < head[2]:
             return None
-        self._check_version(s)
+        else:
+            path = head[0]
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return None
         try:
+            if head is None:  # the shard's first read here: its checks share this open
+                assert entry is not None
+                head = self._head(s, entry, fd)
+                if head is None or not 0 <= li < head[2]:
+                    return None
+            self._check_version(s)
+            _, size, _, first, decode = head
             a, b = _PAIR.unpack(os.pread(fd, 8, 4 + 4 * li))
             if not first <= a <= b <= size:
                 return None
@@ -351,12 +367,10 @@ class ShardOpener:
         except FormatError:  # e.g. a span over two samples: the open's checks say why
             return None
 
-    def _head(self, s: int) -> tuple[str, int, int, int, Any] | None:
-        """(path, size, samples, first sample offset, decode) of shard ``s`` for
-        :meth:`read_unmapped`, after the checks of its file that do not read its offsets
-        table: its size, its sample count and its config. Kept once they pass; None (checked
-        again next time) while the file is absent or does not pass, or for a shard that is
-        never read so."""
+    def _unmappable(self, s: int) -> ShardEntry | None:
+        """The index entry of shard ``s`` when :meth:`read_unmapped` may read it at all: an
+        MDS file of one piece with no hash to check (else None, and it is remembered as
+        mapped only). An entry is built on each ask (the index keeps columns): asked once."""
         shard = self.catalog.shards[s]
         entry = self.catalog.entries[s]
         if (
@@ -366,16 +380,27 @@ class ShardOpener:
         ):
             self._mapped_only.add(s)
             return None
-        path, size, n = shard.files.raw_path, shard.files.raw_size, entry.samples
+        return entry
+
+    def _head(self, s: int, entry: ShardEntry, fd: int) -> tuple[str, int, int, int, Any] | None:
+        """(path, size, samples, first sample offset, decode) of shard ``s`` for
+        :meth:`read_unmapped`, after the checks of its file (open as ``fd``) that do not read
+        its offsets table: its size, its sample count and its config. Kept once they pass;
+        None (checked again next time) while the file does not pass. A config is parsed once
+        per process and layout: every shard of a dataset has the same bytes there."""
+        files = self.catalog.shards[s].files
+        path, size, n = files.raw_path, files.raw_size, entry.samples
         start = header_size(n)
         try:
-            with open(path, "rb", buffering=0) as f:
-                if os.fstat(f.fileno()).st_size != size:
-                    return None
-                count, first = _PAIR.unpack(os.pread(f.fileno(), 8, 0))
-                if count != n or not start <= first <= size:
-                    return None
-                check_config(memoryview(os.pread(f.fileno(), first - start, start)), entry, path)
+            if os.fstat(fd).st_size != size:
+                return None
+            count, first = _PAIR.unpack(os.pread(fd, 8, 0))
+            if count != n or not start <= first <= size:
+                return None
+            config = (os.pread(fd, first - start, start), _layout(entry))
+            if config not in self._configs_ok:
+                check_config(memoryview(config[0]), entry, path)
+                self._configs_ok.add(config)
         except (OSError, struct.error, FormatError):
             return None
         head = self._heads[s] = (path, size, n, first, self.decoder(s, entry).decode)
