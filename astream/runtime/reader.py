@@ -67,6 +67,8 @@ __all__ = ["ShardOpener", "decode_batch"]
 
 DROP_SAMPLE_BYTES = 32 << 10  # ShardOpener.drop_read: shards whose samples average this
 _PAIR = struct.Struct("<II")
+# distinct shard configs known good per process, at most (a dataset's shards share one)
+_CONFIGS_KEPT = 1024
 
 
 def _layout(e: ShardEntry) -> tuple[Any, ...]:
@@ -400,7 +402,8 @@ class ShardOpener:
             config = (os.pread(fd, first - start, start), _layout(entry))
             if config not in self._configs_ok:
                 check_config(memoryview(config[0]), entry, path)
-                self._configs_ok.add(config)
+                if len(self._configs_ok) < _CONFIGS_KEPT:
+                    self._configs_ok.add(config)
         except (OSError, struct.error, FormatError):
             return None
         head = self._heads[s] = (path, size, n, first, self.decoder(s, entry).decode)

@@ -93,7 +93,6 @@ def test_counts_error_answers(s3: S3Emulator) -> None:
     assert (stats["requests"], stats["error_responses"]) == (2, 1)
 
 
-
 def _gets(endpoint: str, n: int) -> tuple[float, list[tuple[float, int]]]:
     """n GETs of the 1 MiB object at once: (seconds for all, [(seconds, bytes)] of each)."""
     import asyncio
