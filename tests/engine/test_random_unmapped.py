@@ -112,6 +112,20 @@ def test_a_shard_whose_config_differs_from_the_index_is_refused(data) -> None:
         ds[int(first)]
 
 
+def test_a_shard_whose_header_counts_other_samples_is_refused(data) -> None:
+    """The header's sample count is not the index's (size and offsets untouched, so the
+    sample's own bytes would still read right): refused with the open's error."""
+    path, _ = data
+    f = _shard_file(path, 0)
+    raw = bytearray(Path(f).read_bytes())
+    (n,) = struct.unpack_from("<I", raw, 0)
+    struct.pack_into("<I", raw, 0, n - 1)
+    Path(f).write_bytes(bytes(raw))
+    ds = StreamingDataset(local=path, batch_size=1)
+    with pytest.raises(FormatError, match=rf"shard header says {n - 1} samples, index says {n}"):
+        ds[0]
+
+
 def test_a_truncated_shard_is_refused(data) -> None:
     path, _ = data
     f = _shard_file(path, 0)
