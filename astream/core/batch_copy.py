@@ -1,7 +1,9 @@
-"""The three ways a batch copies variable-size values into its output: one ``memcpy`` per
-value from the mapped shards (:func:`copy_segments`), one ``preadv`` per value from the shard
-files (:func:`pread_segments`: large values), and one fancy-index copy of all of them
-(:func:`copy_small`: tiny values). :func:`strategy` says which a batch takes.
+"""The ways a batch copies variable-size values into its output: one ``memcpy`` per value from
+the mapped shards (:func:`copy_segments`), one ``preadv`` per value from the shard files
+(:func:`pread_segments`: large values), one fancy-index copy of all of them
+(:func:`copy_small`: tiny values), and each value from its shard's map or file
+(:func:`mixed_segments`: some shards are read by copy). :func:`strategy` says which a batch
+takes.
 
 Pure: stdlib + numpy (``os.preadv`` on descriptors the caller opened).
 """
@@ -17,19 +19,25 @@ import numpy as np
 from astream.core.batch_layout import I64, U8
 from astream.errors import FormatError
 
-__all__ = ["PREAD", "SMALL", "copy_segments", "copy_small", "pread_segments", "strategy"]
+__all__ = [
+    "PREAD", "SMALL", "copy_segments", "copy_small", "mixed_segments", "pread_segments",
+    "strategy",
+]  # fmt: skip
 
 SMALL = 64  # mean bytes per segment at or below which one fancy-index copy beats a loop
 PREAD = 16384  # mean bytes per segment from which values are read with preadv, not the map
 
 
-def strategy(total: int, n: int, one_buffer: bool, files: bool) -> str:
-    """``"small"``, ``"pread"`` or ``"copy"`` for ``n`` values of ``total`` bytes in all, read
-    from one mapped buffer or several, with shard files to ``preadv`` from or not."""
-    if one_buffer and total <= SMALL * n:
-        return "small"
+def strategy(total: int, n: int, one_buffer: bool, files: bool, copied: bool = False) -> str:
+    """``"small"``, ``"pread"``, ``"mixed"`` or ``"copy"`` for ``n`` values of ``total`` bytes
+    in all, read from one mapped buffer or several, with shard files to ``preadv`` from or not;
+    ``copied``: some of those shards must not be read through their map."""
     if files and total >= PREAD * n:
         return "pread"
+    if copied and files:
+        return "mixed"
+    if one_buffer and total <= SMALL * n:
+        return "small"
     return "copy"
 
 
@@ -49,6 +57,29 @@ def copy_segments(
     else:
         for d, s, k, w in zip(dsts, srcs, nbytes, which):
             dst[d : d + k] = bufs[w][s : s + k]
+
+
+def mixed_segments(
+    dst: memoryview,
+    dsts: list[int],
+    srcs: list[int],
+    nbytes: list[int],
+    which: list[int] | None,
+    bufs: Sequence[memoryview],
+    fds: Sequence[int],
+) -> None:
+    """:func:`copy_segments` where some buffers are read by copy: a segment of buffer ``w`` is
+    read with one ``preadv`` from descriptor ``fds[w]`` when that is not negative, so none of
+    that shard's pages is mapped, and copied from ``bufs[w]`` otherwise."""
+    preadv = os.preadv
+    for d, s, k, w in zip(dsts, srcs, nbytes, [0] * len(dsts) if which is None else which):
+        fd = fds[w]
+        if fd < 0:
+            dst[d : d + k] = bufs[w][s : s + k]
+            continue
+        got = preadv(fd, [dst[d : d + k]], s)
+        if got < k:  # short read: the rest, or a FormatError if the file shrank
+            _pread_run(dst, [fd], [d + got], [s + got], [k - got])
 
 
 def pread_segments(

@@ -49,7 +49,13 @@ from typing import Any
 
 import numpy as np
 
-from astream.core.batch_copy import copy_segments, copy_small, pread_segments, strategy
+from astream.core.batch_copy import (
+    copy_segments,
+    copy_small,
+    mixed_segments,
+    pread_segments,
+    strategy,
+)
 from astream.core.batch_layout import CODE_DTYPES, I64, U8, ColumnSpec
 from astream.core.batch_pool import POOL
 from astream.core.row_store import RowStore, chunk_values
@@ -74,6 +80,7 @@ class ColumnBatch:
         which: list[int] | None = None,
         bufs: list[U8] | None = None,
         files: Sequence[Any] | None = None,
+        copied: Sequence[bool] | None = None,
     ) -> None:
         if ragged not in RAGGED:
             raise ConfigError(f"ragged must be 'pad' or 'offsets', got {ragged!r}")
@@ -84,6 +91,10 @@ class ColumnBatch:
         self.which = which
         self.bufs = bufs or []
         self.files = files or []  # per buffer: what has ``fileno()`` (None: copy from bufs)
+        # per buffer: its values are read from its file with ``preadv``, never through its
+        # map (a shard read by copy); None when every buffer is read through its map
+        self.copied = copied if self.files and copied is not None and any(copied) else None
+        self._fds: list[int] | None = None
         self._views: list[memoryview] | None = None
         self._lens: dict[int, I64] = {}
         self._sums: dict[int, int] = {}
@@ -190,7 +201,10 @@ class ColumnBatch:
             values = np.empty(total // dt.itemsize, dt)
             dst = memoryview(values.view(np.uint8))  # type: ignore[arg-type]
             d = (offs if dt.itemsize == 1 else offs * dt.itemsize).tolist()
-            if which is None:
+            if self.copied is not None:
+                nb = [e - s for s, e in zip(srcl, endl)]
+                mixed_segments(dst, d[:-1], srcl, nb, which, self._views_of(), self._copy_fds())
+            elif which is None:
                 b = self._views_of()[0]
                 for d0, d1, s0, s1 in zip(d, d[1:], srcl, endl):
                     dst[d0:d1] = b[s0:s1]
@@ -229,7 +243,8 @@ class ColumnBatch:
                 offs = ends[lo : hi + 1] - ends[lo]
                 src = (srcs[lo:hi], ends_b[lo:hi])
             total = int(offs[n]) * dt.itemsize
-            if strategy(total, n, self.which is None, bool(self.files)) != "copy":
+            how = strategy(total, n, self.which is None, bool(self.files), bool(self.copied))
+            if how not in ("copy", "mixed"):
                 return None  # one fancy-index copy, or preadv: the general path
             bound += total
             out[name] = out[f"{name}_offsets"] = None  # key order
@@ -244,6 +259,13 @@ class ColumnBatch:
             copies = [(*c[:4], *c[4]) for c in copies]
         return out, copies
 
+    def _copy_fds(self) -> list[int]:
+        """Per buffer: the descriptor its values are read from (read by copy), else -1."""
+        if self._fds is None:
+            assert self.copied is not None
+            self._fds = [f.fileno() if c else -1 for f, c in zip(self.files, self.copied)]
+        return self._fds
+
     def _views_of(self) -> list[memoryview]:
         if self._views is None:
             self._views = [memoryview(b) for b in self.bufs]  # type: ignore[arg-type]
@@ -257,7 +279,7 @@ class ColumnBatch:
         if n == 0:
             return
         total = self._total(k) if nbytes is self._lens.get(k) else int(nbytes.sum())
-        how = strategy(total, n, self.which is None, bool(self.files))
+        how = strategy(total, n, self.which is None, bool(self.files), bool(self.copied))
         if how == "small":
             copy_small(flat, dsts, self.bufs[0], srcs, nbytes)
             return
@@ -265,6 +287,8 @@ class ColumnBatch:
         dst = memoryview(flat)  # type: ignore[arg-type]
         if how == "pread":
             pread_segments(dst, *args, self.files)
+        elif how == "mixed":
+            mixed_segments(dst, *args, self._views_of(), self._copy_fds())
         else:
             copy_segments(dst, *args, self._views_of())
 

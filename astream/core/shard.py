@@ -331,9 +331,9 @@ class SampleDecoder:
                     )
         self.source = source
         self._names = list(entry.column_names)
-        self.decode: Callable[[memoryview], dict[str, Any]] = self._generate(entry)
+        self.decode: Callable[[bytes | memoryview], dict[str, Any]] = self._generate(entry)
 
-    def _generate(self, entry: ShardEntry) -> Callable[[memoryview], dict[str, Any]]:
+    def _generate(self, entry: ShardEntry) -> Callable[[bytes | memoryview], dict[str, Any]]:
         cols = list(zip(entry.column_names, entry.column_encodings, entry.column_sizes))
         nvar = sum(1 for c in cols if c[2] is None)
         ns: dict[str, Any] = {"_fail": self._fail, "_lens": struct.Struct(f"<{nvar}I").unpack_from}
@@ -355,7 +355,7 @@ class SampleDecoder:
         lines.append(f"    return {{{items}}}")
         # generated from a fixed template; column names and coders only enter through ``ns``
         exec("\n".join(lines), ns)
-        fn: Callable[[memoryview], dict[str, Any]] = ns["decode"]
+        fn: Callable[[bytes | memoryview], dict[str, Any]] = ns["decode"]
         return fn
 
     def _short(self, mv: memoryview, need: int) -> None:

@@ -105,6 +105,7 @@ def _check_arguments(kw: dict[str, Any]) -> None:
     if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first <= 1 << 20:
         raise ConfigError(f"range_first_batches must be an int in 0..{1 << 20}, got {first!r}")
     check_memory(kw["random_memory"])
+    check_memory(kw["map_memory"], "map_memory", none=True)
     transform = kw["transform"]
     if transform is not None and not callable(transform):
         raise ConfigError(f"transform must be a callable, got {type(transform).__name__}")
@@ -182,6 +183,10 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
     ``Stream``'s, for the single stream of ``remote``/``local`` (docs/parquet.md).
     ``random_memory`` (astream's own): bytes of samples that random access read by range and
     keeps in memory per process, so a second read costs no request (0 keeps none).
+    ``map_memory`` (astream's own): bytes of shard files an iteration reads through memory
+    maps, shared by the DataLoader workers of one rank; the other shards it reads are read by
+    copy (``pread``), so the shard pages mapped in each process stay under this share whatever
+    the order reads. The samples are the same either way; None maps every shard read.
     """
 
     pack: Any = None  # a PackSpec with pack_to (astream.packing.setup; docs/batches.md)
@@ -228,6 +233,7 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
         index_source: str | None = None,
         range_first_batches: int = 1,
         random_memory: int = 64 << 20,
+        map_memory: int | None = 64 << 20,
     ) -> None:
         kw = dict(locals())
         del kw["self"]
@@ -304,6 +310,7 @@ class StreamingCore(_ReferenceAttributes, _EpochPlans, _ColumnBatches, _AsyncAcc
             cache_policy=kw["cache_policy"],
             range_first_batches=kw["range_first_batches"],
             random_memory=kw["random_memory"],
+            map_memory=kw["map_memory"],
         )
         # the engine's and the epochs' shared counters (anonymous shared memory: system calls
         # and a first import, tens of ms in a fresh process): ``open`` makes them in a thread

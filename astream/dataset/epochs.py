@@ -112,6 +112,7 @@ class _EpochPlans:
     _worker_next: int | None
     _iters: tuple[int, int]
     _loader_token: int | None
+    engine: Any  # the dataset's Engine (astream.runtime.engine)
 
     @property
     def epoch_size(self) -> int:

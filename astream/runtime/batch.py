@@ -176,8 +176,10 @@ def locate_batch(
             else:
                 offsets = h.offsets_array()
                 base = store.add(s, sample_table(store.layout, buf, offsets))
-                if len(offsets) > 1 and offsets[-1] - offsets[0] >= PREAD * (len(offsets) - 1):
-                    h.drop_pages()  # large values are read with preadv: no need for the map
+                if getattr(h, "by_copy", False) or (
+                    len(offsets) > 1 and offsets[-1] - offsets[0] >= PREAD * (len(offsets) - 1)
+                ):
+                    h.drop_pages()  # values read with preadv: no need for the map
         bufs.append(buf)
         files.append(h)
         bases.append(base)
@@ -213,7 +215,8 @@ def locate_batch(
         raise AssertionError("a flagged sample passed its checks")  # pragma: no cover
     if pq and not all(getattr(h, "has_file", lambda: True)() for h in files):
         files = []  # a row group decoded in memory: values are copied from the buffers
-    cb = ColumnBatch(store, size, ragged, rows, which, bufs, files)
+    copied = [getattr(h, "by_copy", False) for h in files]
+    cb = ColumnBatch(store, size, ragged, rows, which, bufs, files, copied)
     if isinstance(groups, BatchGroups) and groups.chunk is not None:
         cb.chunk, cb.span = groups.chunk, groups.span
     return cb

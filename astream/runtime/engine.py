@@ -54,6 +54,7 @@ class Engine(Iteration, RandomAccess):
         range_first_batches: int = 1,
         ahead_fixed: bool = False,
         random_memory: int = DEFAULT_MEMORY,
+        map_memory: int | None = None,
     ) -> None:
         self.catalog = catalog
         self.stores = stores
@@ -76,6 +77,7 @@ class Engine(Iteration, RandomAccess):
         # this share of the shards' bytes (see _ranges_pay)
         self.range_share = 0.25
         self.random_memory = random_memory  # see range_costs.SampleMemo
+        self.map_memory = map_memory  # see EngineBase.map_limit
         self._follow = None  # the next iteration's place in the node
         # the pipes of a loader's workers' first batches, while they start (runtime/lead.py)
         self._lead = None

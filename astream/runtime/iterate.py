@@ -136,7 +136,7 @@ class Iteration(FirstBatch):
         and next-use tracker of one iteration."""
         parts = self._parts()
         stats = parts.stats
-        opener = self._opener(parts.space, stats, parts.fetcher.versions)
+        opener = self._opener(parts.space, stats, parts.fetcher.versions, self.map_limit())
         pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
         if self._may_range():
             pf.hold()  # until the first batch's ranges are read (``_ranged``)

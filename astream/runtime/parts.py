@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
 from astream.runtime.fetch import ShardFetcher
+from astream.runtime.placement import dataloader_worker
 from astream.runtime.range_costs import SampleMemo, StoreCosts
 from astream.runtime.reader import ShardOpener
 from astream.runtime.stats import Stats
@@ -93,6 +94,7 @@ class EngineBase:
     page_share: float
     range_share: float
     random_memory: int  # bytes of range-read samples random access keeps (SampleMemo)
+    map_memory: int | None  # bytes of shards an iteration reads through maps (map_limit)
     board: Board
     # the pipes of a loader's workers' first batches, while they start (runtime/lead.py)
     _lead: LeadEnds | None
@@ -139,7 +141,9 @@ class EngineBase:
             self._pid = os.getpid()
         return parts
 
-    def _opener(self, space: CacheSpace, stats: Stats, versions: Versions) -> ShardOpener:
+    def _opener(
+        self, space: CacheSpace, stats: Stats, versions: Versions, map_limit: int | None = None
+    ) -> ShardOpener:
         return ShardOpener(
             self.catalog,
             space,
@@ -147,7 +151,19 @@ class EngineBase:
             allow_unsafe_types=self.allow_unsafe_types,
             validate_hash=self.validate_hash,
             versions=versions,
+            map_limit=map_limit,
         )
+
+    def map_limit(self) -> int | None:
+        """This process's share of ``map_memory`` for an iteration's opener: the bytes of
+        shards it reads through memory maps, the rest by copy (``ShardOpener.map_limit``).
+        ``map_memory`` bounds one rank's iteration, so a DataLoader worker gets its
+        ``1 / num_workers``: the workers of one loader map at most ``map_memory`` together.
+        Random access maps what it opens (its own opener has no limit)."""
+        if self.map_memory is None:
+            return None
+        me = dataloader_worker()
+        return self.map_memory // (me[1] if me is not None and me[1] > 0 else 1)
 
     @property
     def stats(self) -> Stats:

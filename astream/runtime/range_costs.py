@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Any
 
 from astream.errors import ConfigError
 
@@ -30,12 +31,15 @@ DEFAULT_MEMORY = 64 << 20  # bytes of range-read samples random access keeps per
 _MAX_MEMORY = 1 << 46  # 64 TiB: a bound beyond any machine's memory, to catch unit mistakes
 
 
-def check_memory(value: object) -> int:
-    """``random_memory`` as given, or :class:`ConfigError` naming it: an int of bytes in
-    ``0..2**46`` (0 keeps nothing)."""
+def check_memory(value: object, name: str = "random_memory", none: bool = False) -> Any:
+    """``value`` as given, or :class:`ConfigError` naming the argument ``name``: an int of
+    bytes in ``0..2**46``, or None where ``none`` allows it (no bound)."""
+    if none and value is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_MEMORY:
+        also = " or None" if none else ""
         raise ConfigError(
-            f"random_memory must be an int of bytes in 0..{_MAX_MEMORY}, got {value!r}"
+            f"{name} must be an int of bytes in 0..{_MAX_MEMORY}{also}, got {value!r}"
         )
     return value
 

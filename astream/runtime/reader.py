@@ -17,6 +17,18 @@ where it was: only the ``keep_open`` most recently read shards keep their touche
 mapped; an older one has them unmapped (``madvise``; the page cache keeps them) and faults
 them back in if it is read again.
 
+An iteration's opener also bounds the bytes of the shards it reads through the map
+(``map_limit``: this process's share of the dataset's ``map_memory``). A shard that enters the
+window of recently read shards while the mapped ones in it already fill the limit is read by
+copy (``OpenShard.by_copy``: one ``pread`` per sample; the columnar decoder unmaps the pages
+its table build touched and reads every value with ``preadv``) until it leaves the window. An
+order that reads every shard all epoch long (py1e at the reference's block) then keeps the
+limit mapped, not the whole dataset; an order that moves through the dataset (index order,
+astream's block order) reads few shards at a time and copies few of them. Copying costs a
+system call per sample; the samples are the same either way. Under a
+``cache_limit`` only one shard is open at a time: it is read by copy when it alone is larger
+than the limit.
+
 With a ``cache_limit``, an open shard is pinned (a shared flock, see ``cache.py``) and the
 consumer holds **at most one** pin: it drops every other shard before it opens a new one (the
 LRU stays at one shard and never grows). A consumer that waits for room therefore holds
@@ -164,6 +176,7 @@ class ShardOpener:
         max_open_bytes: int = 4 << 30,
         validate_hash: str | None = None,
         versions: Versions | None = None,
+        map_limit: int | None = None,
     ) -> None:
         self.catalog = catalog
         self.space = space
@@ -180,6 +193,10 @@ class ShardOpener:
         self._open_bytes = 0
         self._closed: OrderedDict[int, None] = OrderedDict()  # recently closed by the LRU
         self._hot: OrderedDict[int, None] = OrderedDict()  # the _base most recently read
+        # None, or the bytes of the shards in ``_hot`` read through the map, at most: a shard
+        # entering ``_hot`` past it is read by copy (``OpenShard.by_copy``) while it stays
+        self.map_limit = map_limit
+        self._mapped = 0  # bytes of the shards in ``_hot`` read through the map
         self._open: OrderedDict[int, OpenShard] = OrderedDict()
         self._decoders: dict[tuple[Any, ...], SampleDecoder | SplitDecoder] = {}
         self._offsets: dict[int, Sequence[int]] = {}
@@ -216,19 +233,43 @@ class ShardOpener:
     def _touch(self, s: int) -> None:
         """``s`` is read now. Only the ``_base`` most recently read shards keep the pages they
         touched mapped: a shard leaving that window has them unmapped (they stay in the page
-        cache), so a larger LRU costs maps, not memory."""
+        cache), so a larger LRU costs maps, not memory. With a ``map_limit``, a shard that
+        enters the window while the shards in it read through the map already hold that many
+        bytes is read by copy until it leaves, so an order that reads every shard all epoch
+        long (py1e at the reference's block) keeps at most the limit mapped."""
         hot = self._hot
         if s in hot:
             hot.move_to_end(s)
             return
         hot[s] = None
+        if self.map_limit is not None:
+            self._choose_map(s)
         if len(hot) > self._base:
             old, _ = hot.popitem(last=False)
-            h = self._open.get(old)
-            if h is not None:
-                drop = getattr(h, "drop_pages", None)
-                if drop is not None:
-                    drop()
+            self._unmap(old)
+
+    def _choose_map(self, s: int) -> None:
+        """Shard ``s`` enters the window: through the map if it fits under ``map_limit``."""
+        h = self._open.get(s)
+        if isinstance(h, OpenShard):
+            size = self.catalog.shards[s].files.raw_size
+            assert self.map_limit is not None
+            h.by_copy = self._mapped + size > self.map_limit
+            if h.by_copy:
+                self.stats.shard_copies += 1
+            else:
+                self._mapped += size
+
+    def _unmap(self, s: int) -> None:
+        """Shard ``s`` left the window: unmap the pages it touched, stop counting it."""
+        h = self._open.get(s)
+        if h is None:
+            return
+        if isinstance(h, OpenShard) and self.map_limit is not None and not h.by_copy:
+            self._mapped -= self.catalog.shards[s].files.raw_size
+        drop = getattr(h, "drop_pages", None)
+        if drop is not None:
+            drop()
 
     def idle(self, s: int) -> None:
         """The consumer's lookahead holds no batch that reads ``s``: unmap the pages of ``s``
@@ -240,9 +281,7 @@ class ShardOpener:
             return  # closed, or already unmapped by ``_touch``
         del self._hot[s]
         self.stats.shard_drops += 1
-        drop = getattr(h, "drop_pages", None)
-        if drop is not None:
-            drop()
+        self._unmap(s)
 
     def big(self, s: int) -> int:
         """0, or how shard ``s``'s pages leave the map while it is read, when its samples
@@ -269,7 +308,7 @@ class ShardOpener:
         its shards whose decoded values were views of the map (see :meth:`big`)."""
         for s, _, _ in groups:
             h = self._open.get(s)
-            if h is not None and self.big(s) == 2:
+            if h is not None and self.big(s) == 2 and not getattr(h, "by_copy", False):
                 drop = getattr(h, "drop_pages", None)
                 if drop is not None:
                     drop()
@@ -280,6 +319,7 @@ class ShardOpener:
             self._pin_note(h, -1)
             h.close()
         self._open_bytes = 0
+        self._mapped = 0
         self._hot.clear()
 
     def _evict(self) -> None:
@@ -288,7 +328,10 @@ class ShardOpener:
             len(self._open) > self._base and self._open_bytes > self.max_open_bytes
         ):
             s, old = self._open.popitem(last=False)
-            self._hot.pop(s, None)
+            if s in self._hot:
+                del self._hot[s]
+                if isinstance(old, OpenShard) and self.map_limit is not None and not old.by_copy:
+                    self._mapped -= self.catalog.shards[s].files.raw_size
             self._open_bytes -= self.catalog.shards[s].files.raw_size
             self._pin_note(old, -1)
             old.close()
@@ -476,6 +519,9 @@ class ShardOpener:
         self._open_bytes += files.raw_size
         if not self.pinning:
             self._touch(s)
+        elif self.map_limit is not None and isinstance(h, OpenShard):
+            h.by_copy = files.raw_size > self.map_limit  # one shard open at a time
+            self.stats.shard_copies += h.by_copy
         self._evict()
         return h
 

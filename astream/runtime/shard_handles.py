@@ -29,7 +29,9 @@ class OpenShard:
     re-opening a shard -- which a pinning consumer does every batch -- costs one ``mmap``.
     """
 
-    __slots__ = ("_arrays", "_drop", "_fd", "_mm", "_mv", "_off", "_path", "_pin", "decode")
+    __slots__ = (
+        "_arrays", "_drop", "_fd", "_mm", "_mv", "_off", "_path", "_pin", "by_copy", "decode",
+    )  # fmt: skip
 
     def __init__(
         self, path: str, offsets: Sequence[int], decoder: SampleDecoder | SplitDecoder
@@ -46,6 +48,9 @@ class OpenShard:
         self._path = path
         self._fd = -1
         self._drop = False  # unmap samples' pages once decoded (see ShardOpener.drop_read)
+        # read by copy (``pread``), not through the map: set by the opener while this shard
+        # would take its mapped shards past ``ShardOpener.map_limit``
+        self.by_copy = False
         self.decode = decoder.decode
 
     def buffer(self) -> Any:
@@ -77,15 +82,43 @@ class OpenShard:
 
     def sample(self, i: int) -> dict[str, Any]:
         off = self._off
+        if self.by_copy:
+            return self.decode(self._read(off[i], off[i + 1]))
         return self.decode(self._mv[off[i] : off[i + 1]])
 
     def samples(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """``[sample(i) for i in indices]`` without a method call per sample (the hot path)."""
         dec, mv, off = self.decode, self._mv, self._off
+        if self.by_copy:
+            return self._copied(indices)
         out = [dec(mv[off[i] : off[i + 1]]) for i in indices]
         if self._drop:
             self.drop_pages()
         return out
+
+    def _copied(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """:meth:`samples` by copy: one ``pread`` per sample, nothing of the shard mapped."""
+        dec, off, fd, pread = self.decode, self._off, self.fileno(), os.pread
+        out = []
+        for i in indices:
+            a, b = off[i], off[i + 1]
+            data = pread(fd, b - a, a)
+            if len(data) != b - a:
+                data = self._read(a, b)  # short: again, to the end or a FormatError
+            out.append(dec(data))
+        return out
+
+    def _read(self, a: int, b: int) -> bytes:
+        """Bytes ``a:b`` of the shard file, read with ``pread`` (a short read goes on from
+        where it stopped; none at all means the file shrank under us)."""
+        fd, parts, at = self.fileno(), [], a
+        while at < b:
+            got = os.pread(fd, b - at, at)
+            if not got:
+                raise FormatError(f"shard file ended inside a sample ({at} of {b})", self._path)
+            parts.append(got)
+            at += len(got)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def close(self) -> None:
         self._arrays = None

@@ -29,6 +29,7 @@ class Stats:
     cache_misses: int = 0  # shard opens that had to wait for a download
     shard_maps: int = 0  # shard files mapped (first opens plus reopens after the LRU closed them)
     shard_drops: int = 0  # open shards whose pages were unmapped (no lookahead batch reads them)
+    shard_copies: int = 0  # shards read by copy, not through their map (past map_memory)
     integrity_retries: int = 0  # downloads redone after a hash mismatch
     retries: int = 0  # transient storage failures retried (5xx, resets, cut bodies, timeouts)
     samples: int = 0  # samples yielded or returned

@@ -37,6 +37,7 @@ DATASET = [
         r"range_first_batches must be an int in 0\.\.1048576, got 1000000000000",
     ),
     ("random_memory", 2**46 + 1, r"random_memory must be an int of bytes in 0\.\.70368744177664"),
+    ("map_memory", 2**46 + 1, r"map_memory must be an int of bytes in 0\.\.70368744177664 or None"),
 ]
 STREAM = [
     ("proportion", 1e300, r"proportion must be at most 9\.0072e\+15, got 1e\+300"),
