@@ -5,10 +5,12 @@
 Uses the main harness (``benchmarks/run.py``): each library writes the workloads (tokens,
 images) in its own format, the page-cache-warm sequential read of those files is measured, then
 for ``num_workers`` 0 and 2 one shuffled epoch per fresh process, interleaved per repetition:
-``astream`` (sample dicts through the shared collate, as in the main harness),
-``astream-batch`` (``StreamingDataLoader(batch_format="torch", ragged="offsets")``: column
-batches, decoded in the worker's shared-memory slot with workers), ``mosaic`` and ``lit`` (their
-loaders with the shared collate). Every run reports samples/s, payload MB/s and the peak RSS and
+``astream`` (sample dicts through the shared collate, as in the main harness, in astream's
+block order), ``astream-batch`` (``StreamingDataLoader(batch_format="torch", ragged="offsets")``:
+column batches, decoded in the worker's shared-memory slot with workers), ``mosaic`` and
+``lit`` (their loaders with the shared collate), then at matched shuffle ``astream-py1e``
+(sample dicts in the reference's order: the dataset's defaults), ``astream-batch-py1e`` and
+``lit-full``. Every run reports samples/s, payload MB/s and the peak RSS and
 PSS of its process tree (``benchmarks/runners/rss.py``). Writes ``results.json`` (every run and
 the medians) and ``report.md`` (medians, ratios of astream-batch to each other loader, MB/s as a
 share of the sequential read).
@@ -33,8 +35,10 @@ VARIANTS = (  # (name in the results, runner, extra spec)
     ("astream-batch", "astream", {"batch_format": "torch"}),
     ("mosaic", "mosaic", {}),
     ("lit", "lit", {}),
-    # matched shuffle (benchmarks.run's --shuffle both): astream's batches in the reference's
-    # own order (py1e at its default block, what mosaic yields), litdata at its strongest
+    # matched shuffle (benchmarks.run's --shuffle both): astream's sample dicts (its defaults)
+    # and batches in the reference's own order (py1e at its default block, what mosaic
+    # yields), litdata at its strongest
+    ("astream-py1e", "astream", dict(RUN_VARIANTS["astream-py1e"][1])),
     ("astream-batch-py1e", "astream", {"batch_format": "torch", **RUN_VARIANTS["astream-py1e"][1]}),
     ("lit-full", "lit", dict(RUN_VARIANTS["lit-full"][1])),
 )
@@ -125,15 +129,18 @@ def report(res: dict[str, Any]) -> str:
         "# Column batches beside sample dicts and the peers (hot, page cache warm)",
         "",
         f"scale {meta['scale']}, batch {meta['batch_size']}, medians of {meta['reps']} "
-        f"interleaved repetitions, {meta['date']}. Ratios: astream-batch (or, matched shuffle, "
-        "astream-batch-py1e) / other, oriented so >1 means astream is better.",
+        f"interleaved repetitions, {meta['date']}. Ratios: astream-batch, astream-py1e (sample "
+        "dicts at the dataset's defaults) or astream-batch-py1e / other, oriented so >1 means "
+        "astream is better.",
         "",
     ]
-    py1e = "astream-batch-py1e"
-    pairs = [("astream-batch", n) for n in names if n not in ("astream-batch", py1e)]
-    if py1e in names:
-        pairs += [(py1e, n) for n in ("mosaic", "lit-full") if n in names]
-    short = {"astream-batch": "batch", py1e: "py1e"}
+    py1e, dicts = "astream-batch-py1e", "astream-py1e"
+    mine = ("astream-batch", py1e, dicts)
+    pairs = [("astream-batch", n) for n in names if n not in mine]
+    for ours, peers in ((dicts, ("mosaic", "lit", "lit-full")), (py1e, ("mosaic", "lit-full"))):
+        if ours in names:
+            pairs += [(ours, n) for n in peers if n in names]
+    short = {"astream-batch": "batch", py1e: "batch-py1e", dicts: "py1e"}
     head = ["case", "metric", *names, *[f"{short[a]} vs {n}" for a, n in pairs]]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in sorted(k for k in res["figures"] if k.startswith("hot/")):

@@ -5,7 +5,8 @@ sampled from outside the process.
         --reps 3 --work .bench/work --workload tokens --scale 0.25
 
 Runs astream's sides of ``benchmarks.bench_batches`` (``astream``, ``astream-batch``,
-``astream-batch-py1e``) as that harness does -- the astream runner in a fresh process, one
+``astream-batch-py1e``) and of ``benchmarks.run`` (``astream-py1e``: sample dicts at the
+dataset's default order) as those harnesses do -- the astream runner in a fresh process, one
 shuffled epoch of the hot dataset the harness wrote under ``--work`` -- interleaved per
 repetition. While a run goes, this process reads ``/proc/PID/smaps_rollup`` and
 ``/proc/PID/smaps`` of the runner and of its DataLoader workers every ``--interval`` seconds
@@ -34,6 +35,7 @@ from typing import Any
 
 from benchmarks.bench_batches import VARIANTS
 from benchmarks.run import ROOT, Harness, parse_args
+from benchmarks.run import VARIANTS as RUN_VARIANTS
 from benchmarks.runners.rss import _children
 
 _ROLLUP = {"Pss:": "pss", "Pss_Anon:": "anon", "Pss_File:": "file", "Pss_Shmem:": "shmem"}
@@ -82,7 +84,8 @@ def tree_parts(pid: int, data_dir: str) -> dict[str, int]:
 def run_side(
     h: Harness, name: str, workload: str, workers: int, data_dir: str, interval: float
 ) -> dict[str, Any]:
-    extra = next(x for n, lib, x in VARIANTS if n == name and lib == "astream")
+    sides = [*VARIANTS, *((n, lib, x) for n, (lib, x) in RUN_VARIANTS.items())]
+    extra = next(x for n, lib, x in sides if n == name and lib == "astream")
     spec = h.spec_for("astream", {"scenario": "epoch", "workload": workload, "cold": False})
     spec.update(num_workers=workers, **extra)
     cmd = [sys.executable, "-m", "benchmarks.runners.astream", json.dumps(spec)]
