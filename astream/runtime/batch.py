@@ -174,12 +174,7 @@ def locate_batch(
                 base = known
                 used[s] = tick
             else:
-                offsets = h.offsets_array()
-                base = store.add(s, sample_table(store.layout, buf, offsets))
-                if getattr(h, "by_copy", False) or (
-                    len(offsets) > 1 and offsets[-1] - offsets[0] >= PREAD * (len(offsets) - 1)
-                ):
-                    h.drop_pages()  # values read with preadv: no need for the map
+                base = _add_table(h, s, buf, store)
         bufs.append(buf)
         files.append(h)
         bases.append(base)
@@ -220,6 +215,18 @@ def locate_batch(
     if isinstance(groups, BatchGroups) and groups.chunk is not None:
         cb.chunk, cb.span = groups.chunk, groups.span
     return cb
+
+
+def _add_table(h: OpenShard, s: int, buf: Any, store: RowStore) -> int:
+    """Build MDS shard ``s``'s table in ``store`` (its base row), reading every sample's
+    header through the map; then unmap those pages when the values are read with ``preadv``
+    (large values, or a shard read by copy)."""
+    offsets = h.offsets_array()
+    base = store.add(s, sample_table(store.layout, buf, offsets))
+    copy = getattr(h, "by_copy", False)  # a RangeShard is never read by copy
+    if copy or (len(offsets) > 1 and offsets[-1] - offsets[0] >= PREAD * (len(offsets) - 1)):
+        h.drop_pages()  # values read with preadv: no need for the map
+    return base
 
 
 def _locate_row_group(h: Any, s: int, store: RowStore, layouts: BatchLayouts) -> tuple[Any, int]:
