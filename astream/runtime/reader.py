@@ -260,13 +260,17 @@ class ShardOpener:
             else:
                 self._mapped += size
 
+    def _uncount(self, s: int, h: Any) -> None:
+        """Shard ``s`` (handle ``h``) left the window: its bytes no longer count as mapped."""
+        if isinstance(h, OpenShard) and self.map_limit is not None and not h.by_copy:
+            self._mapped -= self.catalog.shards[s].files.raw_size
+
     def _unmap(self, s: int) -> None:
         """Shard ``s`` left the window: unmap the pages it touched, stop counting it."""
         h = self._open.get(s)
         if h is None:
             return
-        if isinstance(h, OpenShard) and self.map_limit is not None and not h.by_copy:
-            self._mapped -= self.catalog.shards[s].files.raw_size
+        self._uncount(s, h)
         drop = getattr(h, "drop_pages", None)
         if drop is not None:
             drop()
@@ -330,8 +334,7 @@ class ShardOpener:
             s, old = self._open.popitem(last=False)
             if s in self._hot:
                 del self._hot[s]
-                if isinstance(old, OpenShard) and self.map_limit is not None and not old.by_copy:
-                    self._mapped -= self.catalog.shards[s].files.raw_size
+                self._uncount(s, old)  # closed below: no pages to drop
             self._open_bytes -= self.catalog.shards[s].files.raw_size
             self._pin_note(old, -1)
             old.close()

@@ -2,7 +2,7 @@
 ``benchmarks.pss_side.run_side`` (the bench_batches runner, hot tokens at scale 0.25, the
 tree's peak PSS split by mapping), interleaved per repetition (see README.md).
 
-    PYTHONPATH=. python benchmarks/results/2026-12-02-pss/ab_limit.py REPS LIMIT OUT.json 0,2
+    PYTHONPATH=. python benchmarks/results/pss-py1e/ab_limit.py REPS LIMIT OUT.json 0,2
 """
 
 import json
