@@ -49,7 +49,7 @@ class Engine(Iteration, RandomAccess):
         keep_zip: bool,
         allow_unsafe_types: bool,
         ahead: int,
-        concurrency: int = 4,
+        concurrency: int = 16,
         cache_policy: str = "next_use",
         range_first_batches: int = 1,
         ahead_fixed: bool = False,
@@ -64,7 +64,9 @@ class Engine(Iteration, RandomAccess):
         self.allow_unsafe_types = allow_unsafe_types
         self.ahead = ahead
         self.ahead_fixed = ahead_fixed  # ``predownload`` given: never plan past it
-        self.concurrency = concurrency
+        self.concurrency = concurrency  # shards a prefetcher downloads, and GETs it runs, at once
+        # a prefetched object is split into GETs of at least this many bytes (Prefetcher.split)
+        self.split_min = 8 << 20
         self.cache_policy = check_policy(cache_policy)
         self.range_first_batches = range_first_batches  # see _range_wants
         # shards smaller than this are never read by range: one GET brings them whole about as

@@ -11,7 +11,9 @@ complete under its final name. The steps, each safe against a crash at any insta
 2. With the lock held, any ``<file>.tmp-*`` of this shard is a dead process's leftover: delete.
 3. Reserve the bytes (raw + compressed) in the :class:`CacheSpace` by creating the temporary
    files at full size, then fetch into them: one GET for a small object, parallel ranged GETs
-   of ``part_size`` for a large one, each written at its offset with ``pwrite``.
+   of ``part_size`` for a large one, each written at its offset with ``pwrite``. A prefetch
+   passes :class:`Streams` instead: its object is read in that many near-equal ranged GETs,
+   each holding one of the prefetcher's shared stream slots while it runs.
 4. Check the size, and the hash when ``validate_hash`` names one; on a mismatch delete and fetch
    once more, then raise :class:`IntegrityError`. Decompress into the raw temporary file.
 5. ``os.replace`` the raw temporary file to its final name (atomic), keep or drop the compressed
@@ -39,6 +41,17 @@ from astream.runtime.versions import Board, Versions, refused
 from astream.storage.base import ObjectStore
 
 __all__ = ["RemoteShard", "ShardFetcher", "is_complete"]
+
+
+@dataclass(frozen=True)
+class Streams:
+    """How a prefetched object is read: in ``split`` near-equal ranged GETs (at least one),
+    each holding one of ``slots`` (its prefetcher's, shared by all its downloads) while it
+    runs. The prefetcher chooses ``split`` (see ``Prefetcher``); the slots bound the GETs one
+    prefetcher runs at once, whatever the shard size."""
+
+    split: int
+    slots: asyncio.Semaphore
 
 
 @dataclass(frozen=True)
@@ -98,16 +111,19 @@ class ShardFetcher:
         # (and those its dataset's other processes fixed: ``board``, runtime/versions.py)
         self.versions = Versions(board)
 
-    async def download(self, shard: RemoteShard, *, block: bool = True) -> bool:
+    async def download(
+        self, shard: RemoteShard, *, block: bool = True, streams: Streams | None = None
+    ) -> bool:
         """Make the shard's raw file present. False only if ``block`` is false and the cache
         has no room without waiting, or another process is fetching the shard already.
+        ``streams``: how a prefetch reads the object (None: parts of ``part_size``).
 
         A full or unwritable cache directory (ENOSPC, EDQUOT, EFBIG, EACCES, EPERM, EROFS from
         a lock, a temporary file, a write, an inflate or a rename) is a :class:`CacheError`
         naming the directory, the bytes needed and ``cache_limit``; the temporary files are
         gone by then, so nothing partial is ever trusted."""
         try:
-            return await self._download(shard, block=block)
+            return await self._download(shard, block=block, streams=streams)
         except OSError as exc:
             files = shard.files
             err = disk_error(
@@ -121,7 +137,9 @@ class ShardFetcher:
                 raise
             raise err from exc
 
-    async def _download(self, shard: RemoteShard, *, block: bool = True) -> bool:
+    async def _download(
+        self, shard: RemoteShard, *, block: bool = True, streams: Streams | None = None
+    ) -> bool:
         """Make the shard's raw file present. False only if ``block`` is false and the cache
         has no room without waiting, or another process is fetching the shard already."""
         if shard.meta is not None and not await self.download(shard.meta, block=block):
@@ -162,7 +180,7 @@ class ShardFetcher:
                 return True  # another process fetched it while we waited
             self._drop_tmps(files)
             for attempt in range(2):
-                ok = await self._attempt(shard, block=block, last=attempt == 1)
+                ok = await self._attempt(shard, block=block, last=attempt == 1, streams=streams)
                 if ok is None:
                     self.stats.integrity_retries += 1
                     continue
@@ -220,7 +238,9 @@ class ShardFetcher:
                     except FileNotFoundError:
                         pass
 
-    async def _attempt(self, shard: RemoteShard, *, block: bool, last: bool) -> bool | None:
+    async def _attempt(
+        self, shard: RemoteShard, *, block: bool, last: bool, streams: Streams | None = None
+    ) -> bool | None:
         """One fetch. True: done; False: no room; None: hash mismatch, try again."""
         files = shard.files
         tag = f"{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
@@ -243,7 +263,7 @@ class ShardFetcher:
         loop = asyncio.get_running_loop()
         try:
             key = shard.zip_key if shard.zip_key is not None else shard.raw_key
-            await self._fetch_into(shard, key, fetched_tmp, fetched_size)
+            await self._fetch_into(shard, key, fetched_tmp, fetched_size, streams)
             algo = shard.validate_hash or self.validate_hash
             if algo is not None:
                 hashes = shard.zip_hashes if zip_tmp is not None else shard.raw_hashes
@@ -291,14 +311,20 @@ class ShardFetcher:
         with open(raw_tmp, "r+b") as f:
             f.write(raw)
 
-    async def _fetch_into(self, shard: RemoteShard, key: str, path: str, size: int) -> None:
+    async def _fetch_into(
+        self, shard: RemoteShard, key: str, path: str, size: int, streams: Streams | None
+    ) -> None:
         assert shard.remote is not None
         store = self.store_for(shard.remote)
         loop = asyncio.get_running_loop()
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
         try:
-            parts = _parts(shard.ranges or ((0, size),), self.part_size)
-            sem = asyncio.Semaphore(self.part_concurrency)
+            if streams is not None and shard.ranges is None:
+                parts = _even_parts(size, streams.split)
+                sem = streams.slots
+            else:
+                parts = _parts(shard.ranges or ((0, size),), self.part_size)
+                sem = asyncio.Semaphore(self.part_concurrency)
 
             stream = getattr(store, "stream_range", None)
             url = store.url_for(key)
@@ -376,6 +402,14 @@ def _parts(ranges: tuple[tuple[int, int], ...], part_size: int) -> list[tuple[in
             out.append((s, e, at))
             at += e - s
     return out
+
+
+def _even_parts(size: int, n: int) -> list[tuple[int, int, int]]:
+    """(start, end, offset in the file) of ``n`` ranged GETs of near-equal length covering
+    ``size`` bytes (fewer when ``size`` is smaller than ``n``; none for an empty object)."""
+    n = max(1, min(n, size))
+    cuts = [size * i // n for i in range(n + 1)]
+    return [(cuts[i], cuts[i + 1], cuts[i]) for i in range(n) if cuts[i + 1] > cuts[i]]
 
 
 async def _gather_all(*coros: Coroutine[Any, Any, None]) -> None:

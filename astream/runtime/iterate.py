@@ -137,7 +137,13 @@ class Iteration(FirstBatch):
         parts = self._parts()
         stats = parts.stats
         opener = self._opener(parts.space, stats, parts.fetcher.versions, self.map_limit())
-        pf = Prefetcher(self.catalog, self.download, concurrency=self.concurrency, loop=loop)
+        pf = Prefetcher(
+            self.catalog,
+            self.download,
+            concurrency=self.concurrency,
+            split_min=self.split_min,
+            loop=loop,
+        )
         if self._may_range():
             pf.hold()  # until the first batch's ranges are read (``_ranged``)
         self._want_first_of_others(pf)  # before the lookahead announces this worker's own

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
-from astream.runtime.fetch import ShardFetcher
+from astream.runtime.fetch import ShardFetcher, Streams
 from astream.runtime.placement import dataloader_worker
 from astream.runtime.range_costs import SampleMemo, StoreCosts
 from astream.runtime.reader import ShardOpener
@@ -88,6 +88,7 @@ class EngineBase:
     ahead: int
     ahead_fixed: bool  # ``predownload`` given: never plan past it
     concurrency: int
+    split_min: int  # see Prefetcher.split
     cache_policy: str
     range_first_batches: int  # see RangeReads._range_wants
     range_min_bytes: int
@@ -175,9 +176,9 @@ class EngineBase:
     def space(self) -> CacheSpace:
         return self._parts().space
 
-    async def download(self, s: int, block: bool) -> bool:
+    async def download(self, s: int, block: bool, streams: Streams | None = None) -> bool:
         fetcher = self._parts().fetcher
-        return await fetcher.download(self.catalog.shards[s], block=block)
+        return await fetcher.download(self.catalog.shards[s], block=block, streams=streams)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -9,6 +9,15 @@ opens gradually: twice what was consumed so far) and tells the
 at most ``concurrency`` downloads at a time; a semaphore wakes waiters first-in first-out, so
 downloads start in deadline order (earliest needed first).
 
+``concurrency`` also bounds the GETs the prefetcher runs at once (its stream slots, shared by
+all its downloads, whatever the shard size). A download takes its share of them when it starts:
+with ``n`` downloads wanted and not done, an object is read in ``concurrency // n`` ranged GETs
+(at least one, each at least ``split_min`` bytes). Many shards wanted: one GET per shard, many
+shards at once. Few wanted (the start of a small dataset, the tail of an epoch): each is split
+so the slots still fill. A store that caps each connection's rate gets the same number of
+connections either way; a store that reads the whole object to answer any range (moto does)
+is asked once per shard whenever the window holds enough shards.
+
 Prefetch downloads never wait for cache room (``block=False``): if the cache is full of pinned
 shards the prefetch is skipped and the consumer fetches on demand when it gets there. Errors of a
 prefetch are not lost: they are raised to the consumer when it asks for that shard.
@@ -33,7 +42,7 @@ import numpy as np
 from astream import bridge
 from astream.runtime.batch_groups import Groups, chunk_groups
 from astream.runtime.catalog import Catalog
-from astream.runtime.fetch import is_complete
+from astream.runtime.fetch import Streams, is_complete
 
 __all__ = ["STEP_DONE", "STEP_LOCATE", "Lookahead", "Prefetcher"]
 
@@ -53,16 +62,20 @@ class Prefetcher:
     def __init__(
         self,
         catalog: Catalog,
-        download: Callable[[int, bool], Awaitable[bool]],
+        download: Callable[[int, bool, Streams], Awaitable[bool]],
         *,
-        concurrency: int = 4,
+        concurrency: int = 16,
+        split_min: int = 8 << 20,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.catalog = catalog
         self._download = download
         self.concurrency = max(1, concurrency)
+        self.split_min = max(1, split_min)  # the fewest bytes one GET of a split object reads
         self._loop = loop  # None: the bridge loop (sync consumer)
-        self._sem: asyncio.Semaphore | None = None
+        self._sem: asyncio.Semaphore | None = None  # shards downloading
+        self._slots: asyncio.Semaphore | None = None  # GETs running (see Streams)
+        self._unfinished = 0  # downloads wanted and not finished (see split)
         self._pending: dict[int, concurrent.futures.Future[bool] | asyncio.Future[bool]] = {}
         self._gate: asyncio.Event | None = None  # see hold()
         self.started = False  # a download was wanted (the cache is not hot)
@@ -85,13 +98,30 @@ class Prefetcher:
             gate.set()  # called on the caller's loop (``aiter``)
 
     async def _run(self, s: int) -> bool:
-        gate = self._gate
-        if gate is not None:
-            await gate.wait()
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(self.concurrency)
-        async with self._sem:
-            return await self._download(s, False)
+        self._unfinished += 1  # on the loop, as every change of it: no lock
+        try:
+            gate = self._gate
+            if gate is not None:
+                await gate.wait()
+            if self._sem is None:
+                self._sem = asyncio.Semaphore(self.concurrency)
+                self._slots = asyncio.Semaphore(self.concurrency)
+            async with self._sem:
+                # downloads wanted in the same burst count before the first one splits
+                await asyncio.sleep(0)
+                assert self._slots is not None
+                return await self._download(s, False, Streams(self.split(s), self._slots))
+        finally:
+            self._unfinished -= 1
+
+    def split(self, s: int) -> int:
+        """In how many ranged GETs ``s`` is read, decided as its download starts: its share of
+        the stream slots among the downloads wanted and not finished (itself included), and
+        no GET under ``split_min`` bytes."""
+        files = self.catalog.shards[s].files
+        size = files.zip_size if files.zip_size is not None else files.raw_size
+        share = self.concurrency // max(1, self._unfinished)
+        return max(1, min(share, -(-size // self.split_min)))
 
     def want(self, s: int) -> None:
         if s in self._pending:

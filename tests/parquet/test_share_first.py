@@ -24,7 +24,7 @@ def _logged(monkeypatch: pytest.MonkeyPatch, log: str) -> None:
     """Log every download started, in the forked workers too (they inherit the class)."""
     real = Engine.download
 
-    async def download(self: Engine, s: int, block: bool) -> bool:
+    async def download(self: Engine, s: int, block: bool, streams: Any = None) -> bool:
         info = get_worker_info()
         who = -1 if info is None else info.id
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -32,7 +32,7 @@ def _logged(monkeypatch: pytest.MonkeyPatch, log: str) -> None:
             os.write(fd, f"{who} {s} {int(block)}\n".encode())
         finally:
             os.close(fd)
-        return await real(self, s, block)
+        return await real(self, s, block, streams)
 
     monkeypatch.setattr(Engine, "download", download)
 

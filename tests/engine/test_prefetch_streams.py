@@ -1,0 +1,152 @@
+"""How many GETs a prefetched shard is read in (``Prefetcher.split``), and the stream slots all
+of a prefetcher's downloads share.
+
+The rule is exercised on a prefetcher with a recording download (the shards are plain objects);
+the wiring on a real dataset over moto behind the counting proxy: a lone cold shard is read in
+the GETs the rule gives, which tile it exactly, and every sample comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from astream import MDSWriter, StreamingDataset
+from astream.runtime.fetch import Streams
+from astream.runtime.prefetch import Prefetcher
+from astream.storage.sync import upload
+
+
+@dataclass
+class _Files:
+    raw_path: str
+    raw_size: int
+    zip_size: int | None = None
+
+
+@dataclass
+class _Shard:
+    files: _Files
+    remote: str = "s3://bucket/ds"
+
+
+class _Catalog:
+    def __init__(self, tmp: Any, sizes: list[int], zip_sizes: list[int | None] | None = None):
+        zips = zip_sizes or [None] * len(sizes)
+        self.shards = [
+            _Shard(_Files(str(tmp / f"shard.{i:05d}.mds"), n, z))
+            for i, (n, z) in enumerate(zip(sizes, zips))
+        ]
+
+
+class _Downloads:
+    """Records each download's ``Streams`` and how many run at once; download ``s`` ends
+    when ``done[s]`` is set."""
+
+    def __init__(self, n: int) -> None:
+        self.calls: dict[int, Streams] = {}
+        self.running = 0
+        self.peak = 0
+        self.done = [asyncio.Event() for _ in range(n)]
+
+    async def __call__(self, s: int, block: bool, streams: Streams) -> bool:
+        assert block is False  # a prefetch never waits for cache room
+        self.calls[s] = streams
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            await self.done[s].wait()
+        finally:
+            self.running -= 1
+        return True
+
+
+async def _prefetch(
+    tmp: Any, sizes: list[int], concurrency: int, split_min: int, **kw: Any
+) -> _Downloads:
+    """Want every shard at once, then end the downloads one at a time, in order."""
+    n = len(sizes)
+    dl = _Downloads(n)
+    pf = Prefetcher(
+        _Catalog(tmp, sizes, **kw),  # type: ignore[arg-type]
+        dl,
+        concurrency=concurrency,
+        split_min=split_min,
+        loop=asyncio.get_running_loop(),
+    )
+    for s in range(n):
+        pf.want(s)
+    futs = [pf.take(s) for s in range(n)]
+    for s in range(n):
+        await asyncio.sleep(0.02)
+        assert dl.running == min(concurrency, n - s)  # the shard slots: all busy
+        dl.done[s].set()
+        assert await futs[s]  # type: ignore[misc]
+    assert sorted(dl.calls) == list(range(n))
+    assert dl.peak == min(concurrency, n)
+    slots = {id(st.slots) for st in dl.calls.values()}
+    assert len(slots) == 1  # one set of stream slots for all the prefetcher's downloads
+    assert next(iter(dl.calls.values())).slots._value == concurrency  # all free again
+    return dl
+
+
+async def test_many_shards_wanted_are_one_get_each(tmp_path: Any) -> None:
+    dl = await _prefetch(tmp_path, [1000] * 8, concurrency=4, split_min=100)
+    assert [dl.calls[s].split for s in range(8)] == [1] * 8
+
+
+async def test_few_shards_wanted_share_the_slots(tmp_path: Any) -> None:
+    dl = await _prefetch(tmp_path, [1000, 1000], concurrency=4, split_min=300)
+    assert [dl.calls[s].split for s in range(2)] == [2, 2]
+    dl = await _prefetch(tmp_path, [1000, 1000, 1000], concurrency=8, split_min=100)
+    assert [dl.calls[s].split for s in range(3)] == [2, 2, 2]  # 8 // 3
+
+
+async def test_no_get_smaller_than_split_min(tmp_path: Any) -> None:
+    for size, split_min, want in ((1000, 300, 4), (1000, 600, 2), (1000, 1000, 1), (50, 100, 1)):
+        dl = await _prefetch(tmp_path, [size], concurrency=4, split_min=split_min)
+        assert dl.calls[0].split == want, (size, split_min)
+
+
+async def test_a_compressed_shard_splits_by_its_fetched_size(tmp_path: Any) -> None:
+    dl = await _prefetch(tmp_path, [1000], concurrency=8, split_min=100, zip_sizes=[300])
+    assert dl.calls[0].split == 3
+
+
+@pytest.fixture(scope="module")
+def one_shard(s3_bucket: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """200 samples of 1-2 KB in one shard of ~300 KB, on the S3 emulator."""
+    path = str(tmp_path_factory.mktemp("streams") / "ds")
+    rng = np.random.default_rng(9)
+    with MDSWriter(out=path, columns={"blob": "bytes", "label": "int"}) as w:
+        for i in range(200):
+            w.write({"blob": rng.bytes(int(rng.integers(1000, 2000))), "label": i})
+    url = f"{s3_bucket}/streams-{uuid.uuid4().hex[:8]}"
+    upload(path, url)
+    return url
+
+
+def test_a_lone_cold_shard_is_read_in_the_gets_the_rule_gives(
+    one_shard: str, s3_server: Any, make_proxy: Any, tmp_path: Any
+) -> None:
+    proxy = make_proxy(s3_server.url)
+    ds = StreamingDataset(
+        remote=one_shard,
+        local=str(tmp_path / "cache"),
+        batch_size=4,
+        range_first_batches=0,  # the first batch waits for the shard: no ranged reads
+        storage_options={"endpoint_url": proxy.url},
+    )
+    assert len(ds.shards) == 1
+    size = ds.catalog.shards[0].files.raw_size
+    ds.engine.split_min = size // 3 + 1  # three GETs (under the 16 slots, and far under 8 MiB)
+    got = sorted(int(x["label"]) for x in ds)
+    assert got == list(range(200))
+    shard_gets = [r for p, r in proxy.stats.ranges if p.endswith(ds.shards[0].raw_data.basename)]
+    cuts = [size * i // 3 for i in range(4)]
+    assert sorted(shard_gets) == sorted(f"bytes={cuts[i]}-{cuts[i + 1] - 1}" for i in range(3))
