@@ -99,6 +99,18 @@ def main() -> None:
         default="s3",
         help="moto (the harness's) or fake-gcs-server, each behind the harness proxy at 0 ms",
     )
+    ap.add_argument("--latency-ms", type=float, default=0.0, help="the proxy's per-request wait")
+    ap.add_argument(
+        "--conn-mbps", type=float, default=0.0, help="the proxy's cap of one answer's body (MB/s)"
+    )
+    ap.add_argument(
+        "--close", action="store_true", help="every answer closes its connection (as moto does)"
+    )
+    ap.add_argument(
+        "--shuffle-algo",
+        default="",
+        help="passed to the dataset (py1e: astream at its defaults, the harness's astream-py1e)",
+    )
     a = ap.parse_args()
     trees = dict(t.split("=", 1) for t in a.tree)
     work = a.work.resolve()
@@ -144,6 +156,13 @@ def main() -> None:
                 upload(str(data), f"gs://bench/astream/{wl}", api_root=s3.direct)
             else:
                 upload_dir(s3.direct, "bench", f"astream/{wl}", data)
+            s3.control(
+                "config",
+                latency_ms=a.latency_ms,
+                bandwidth_mbps=0,
+                conn_mbps=a.conn_mbps,
+                close=float(a.close),
+            )
             for rep in range(a.reps):
                 for name, tree in trees.items():
                     cache = work / "cache" / name / wl
@@ -164,6 +183,8 @@ def main() -> None:
                         "cache": str(cache),
                         "proxy": s3.endpoint,
                     }
+                    if a.shuffle_algo:
+                        spec["shuffle_algo"] = a.shuffle_algo
                     before = s3.control("stats")
                     p = subprocess.Popen(
                         [sys.executable, "-m", "benchmarks.runners.astream", json.dumps(spec)],
@@ -215,7 +236,7 @@ def main() -> None:
         json.dumps({"meta": meta, "summary": summary, "records": records}, indent=1)
     )
     for k, v in summary.items():
-        keep = ("mb_per_s", "ttfb_s", "seconds", "proxy_requests", "cpu_main_s")
+        keep = ("mb_per_s", "steady_samples_per_s", "ttfb_s", "seconds", "proxy_requests")
         print(k, {x: round(v[x], 3) for x in keep if x in v}, "ok", v["ok"], "/", v["runs"])
 
 
