@@ -145,7 +145,9 @@ class Iteration(FirstBatch):
             loop=loop,
         )
         if self._may_range():
-            pf.hold()  # until the first batch's ranges are read (``_ranged``)
+            # until the first batch's ranges are read (``_ranged``); a worker whose first
+            # batch the main process reads runs none before its next batch (see _ranged)
+            pf.hold(0 if self._lead_expected() else None)
         self._want_first_of_others(pf)  # before the lookahead announces this worker's own
         la = Lookahead(
             batches, self.catalog, pf, self.ahead, idle=opener.idle, further=self._further()

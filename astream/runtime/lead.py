@@ -312,6 +312,12 @@ class FirstBatch(RangeReads):
         keys = [k for k, _ in self._objects_of(wants)]
         return self._parts().fetcher.versions.subset(keys)
 
+    def _lead_expected(self) -> bool:
+        """In a DataLoader worker, whether its loader's main process may read its first batch
+        (the pipes :meth:`_lead_take` takes its end from are there)."""
+        ends = self._lead
+        return ends is not None and ends.ppid != os.getpid() and dataloader_worker() is not None
+
     def _lead_take(self) -> Any:
         """In a DataLoader worker whose loader's main process reads its first batch: this
         worker's read end (once per iteration); else None."""

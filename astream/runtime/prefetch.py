@@ -73,39 +73,51 @@ class Prefetcher:
         self.concurrency = max(1, concurrency)
         self.split_min = max(1, split_min)  # the fewest bytes one GET of a split object reads
         self._loop = loop  # None: the bridge loop (sync consumer)
+        # GETs that may run while held (see hold): half the slots
+        self.early = max(1, self.concurrency // 2)
         self._sem: asyncio.Semaphore | None = None  # shards downloading
         self._slots: asyncio.Semaphore | None = None  # GETs running (see Streams)
+        self._short = 0  # slots kept back from _slots while held (on the loop)
         self._unfinished = 0  # downloads wanted and not finished (see split)
         self._pending: dict[int, concurrent.futures.Future[bool] | asyncio.Future[bool]] = {}
-        self._gate: asyncio.Event | None = None  # see hold()
+        self._held = False  # see hold()
         self.started = False  # a download was wanted (the cache is not hot)
 
-    def hold(self) -> None:
-        """Downloads wanted from now on wait for :meth:`release`: the engine holds them while
-        it reads an iteration's first samples by range, so those few GETs do not queue behind
-        whole shards at the server. The caller must release before it waits on a download."""
-        if self._gate is None:
-            self._gate = asyncio.Event()
+    def hold(self, early: int | None = None) -> None:
+        """Until :meth:`release`, run at most ``early`` GETs at once (default: half the
+        slots): the engine holds the downloads while it reads an iteration's first samples by
+        range, so those few GETs do not queue behind a full set of whole shards at the server,
+        while the earliest shards already come in. With ``early=0`` no GET runs until then:
+        the caller must release before it waits on a download."""
+        self._held = True
+        if early is not None:
+            self.early = early
 
     def release(self) -> None:
-        """Let held downloads start (idempotent; cheap once released)."""
-        gate, self._gate = self._gate, None
-        if gate is None:
+        """Give held downloads every slot (idempotent; cheap once released)."""
+        if not self._held:
             return
+        self._held = False
         if self._loop is None:
-            bridge.get_loop().call_soon_threadsafe(gate.set)
+            bridge.get_loop().call_soon_threadsafe(self._open)
         else:
-            gate.set()  # called on the caller's loop (``aiter``)
+            self._open()  # called on the caller's loop (``aiter``)
+
+    def _open(self) -> None:
+        """On the loop: the slots kept back while held become free."""
+        short, self._short = self._short, 0
+        for _ in range(short):
+            assert self._slots is not None
+            self._slots.release()
 
     async def _run(self, s: int) -> bool:
         self._unfinished += 1  # on the loop, as every change of it: no lock
         try:
-            gate = self._gate
-            if gate is not None:
-                await gate.wait()
             if self._sem is None:
+                # made on the loop, as _open runs: a release scheduled since then frees them
                 self._sem = asyncio.Semaphore(self.concurrency)
-                self._slots = asyncio.Semaphore(self.concurrency)
+                self._short = self.concurrency - self.early if self._held else 0
+                self._slots = asyncio.Semaphore(self.concurrency - self._short)
             async with self._sem:
                 # downloads wanted in the same burst count before the first one splits
                 await asyncio.sleep(0)

@@ -98,7 +98,7 @@ class FaultProxy(AppServer):
         self.only_get = only_get
         self.stats = ProxyStats()
         self._rng = random.Random(seed)
-        self._plan: collections.deque[tuple[str, str]] = collections.deque()
+        self._plan: collections.deque[tuple[str, str, str]] = collections.deque()
         self._lock = threading.Lock()
         self._session: aiohttp.ClientSession | None = None
         self._bw_next = 0.0
@@ -121,13 +121,14 @@ class FaultProxy(AppServer):
                     raise AttributeError(f"FaultProxy has no setting {name!r}")
                 setattr(self, name, value)
 
-    def plan(self, *faults: str, path: str = "") -> None:
-        """Give the next requests (whose path contains ``path``) these faults, in order."""
+    def plan(self, *faults: str, path: str = "", rng: str = "") -> None:
+        """Give the next requests (whose path contains ``path``, and whose range is ``rng``
+        when one is given, as in ``stats.answered``) these faults, in order."""
         for f in faults:
             if f not in (*FAULTS, *PLANNED_ONLY, "ok"):
                 raise ValueError(f"unknown fault {f!r}; one of {FAULTS + PLANNED_ONLY} or 'ok'")
         with self._lock:
-            self._plan.extend((f, path) for f in faults)
+            self._plan.extend((f, path, rng) for f in faults)
 
     def hold(self, match: Callable[[str, str, str], bool]) -> threading.Event:
         """Hold every request for which ``match(method, path, range)`` is true (the range as
@@ -145,10 +146,10 @@ class FaultProxy(AppServer):
             self.stats = ProxyStats()
             self._plan.clear()
 
-    def _choose(self, method: str, path: str) -> str:
+    def _choose(self, method: str, path: str, rng: str) -> str:
         with self._lock:
-            for i, (fault, where) in enumerate(self._plan):
-                if where in path:
+            for i, (fault, where, which) in enumerate(self._plan):
+                if where in path and (not which or which == rng):
                     del self._plan[i]
                     return fault
             if self.only_get and method != "GET":
@@ -187,12 +188,12 @@ class FaultProxy(AppServer):
             self.stats.methods[request.method] += 1
             if request.method == "GET":
                 self.stats.ranges.append((path, request.headers.get("Range", "")))
-        fault = self._choose(request.method, path)
+        rng = request.headers.get("Range") or request.headers.get("x-ms-range") or ""
+        fault = self._choose(request.method, path, rng)
         if fault != "ok":
             with self._lock:
                 self.stats.faults[fault] += 1
                 self.stats.faulted.append((path, request.headers.get("Range", ""), fault))
-        rng = request.headers.get("Range") or request.headers.get("x-ms-range") or ""
         for match, gate in list(self._gates):
             if not gate.is_set() and match(request.method, path, rng):
                 with self._lock:

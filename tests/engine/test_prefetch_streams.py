@@ -150,3 +150,72 @@ def test_a_lone_cold_shard_is_read_in_the_gets_the_rule_gives(
     shard_gets = [r for p, r in proxy.stats.ranges if p.endswith(ds.shards[0].raw_data.basename)]
     cuts = [size * i // 3 for i in range(4)]
     assert sorted(shard_gets) == sorted(f"bytes={cuts[i]}-{cuts[i + 1] - 1}" for i in range(3))
+
+
+async def test_held_downloads_run_half_the_slots_until_released(tmp_path: Any) -> None:
+    """While the first batch is read by ranges the prefetcher is held: its earliest downloads
+    start, but at most ``early`` GETs run; released, every slot is free."""
+
+    class _Gets:
+        def __init__(self) -> None:
+            self.running: list[int] = []
+            self.done = asyncio.Event()
+
+        async def __call__(self, s: int, block: bool, streams: Streams) -> bool:
+            assert streams.split == 1  # 8 wanted, 8 slots
+            async with streams.slots:  # what each GET of the fetcher does
+                self.running.append(s)
+                await self.done.wait()
+            return True
+
+    gets = _Gets()
+    pf = Prefetcher(
+        _Catalog(tmp_path, [1000] * 8),  # type: ignore[arg-type]
+        gets,
+        concurrency=8,
+        split_min=1000,
+        loop=asyncio.get_running_loop(),
+    )
+    assert pf.early == 4
+    pf.hold()
+    for s in range(8):
+        pf.want(s)
+    await asyncio.sleep(0.05)
+    assert gets.running == [0, 1, 2, 3]  # the earliest four, in the order wanted
+    pf.release()
+    pf.release()  # idempotent
+    await asyncio.sleep(0.05)
+    assert sorted(gets.running) == list(range(8))
+    gets.done.set()
+    assert await asyncio.gather(*(pf.take(s) for s in range(8))) == [True] * 8  # type: ignore[misc]
+
+
+async def test_a_full_hold_runs_no_get_until_released(tmp_path: Any) -> None:
+    """``hold(0)`` (a worker whose first batch the main process reads): downloads are wanted
+    and start in order, but none of their GETs runs before the release."""
+    running: list[int] = []
+    done = asyncio.Event()
+
+    async def download(s: int, block: bool, streams: Streams) -> bool:
+        async with streams.slots:
+            running.append(s)
+            await done.wait()
+        return True
+
+    pf = Prefetcher(
+        _Catalog(tmp_path, [1000] * 3),  # type: ignore[arg-type]
+        download,
+        concurrency=4,
+        split_min=1000,
+        loop=asyncio.get_running_loop(),
+    )
+    pf.hold(0)
+    for s in range(3):
+        pf.want(s)
+    await asyncio.sleep(0.05)
+    assert running == []
+    pf.release()
+    await asyncio.sleep(0.05)
+    assert running == [0, 1, 2]
+    done.set()
+    assert await asyncio.gather(*(pf.take(s) for s in range(3))) == [True] * 3  # type: ignore[misc]

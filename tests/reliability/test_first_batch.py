@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -365,10 +367,9 @@ def test_coalesced_ranges(
     first = pairs([x for _, x in zip(range(48), ds)])  # batches 2-3 wait for whole shards
     assert [i for i, _ in first] == list(range(48))
     gets = range_gets(proxy, sizes)
-    # the whole-shard downloads were held until the first batch's ranges were read
-    kinds = [(p.rsplit("/", 1)[-1], r) for p, r in proxy.stats.ranges]
-    wholes = [k for k, (nm, r) in enumerate(kinds) if nm in sizes and (nm, r) not in gets]
-    assert wholes and max(k for k, g in enumerate(kinds) if g in gets) < min(wholes)
+    # the shards were downloaded whole too (how many GETs run while the first batch reads
+    # its ranges: test_held_downloads_send_half_their_gets_until_the_ranges_are_read)
+    assert shard_gets(proxy, sizes) > len(gets)
     shards = sorted({ds.catalog.shards[ds.catalog.locate_one(i)[0]].files.raw_path
                      .rsplit("/", 1)[-1] for i in range(16)})  # fmt: skip
     assert sorted({name for name, _ in gets}) == shards
@@ -384,6 +385,53 @@ def test_coalesced_ranges(
         assert b + 1 - a == sum(len(w) + 4 + 8 for w in want)  # the samples, no byte more
 
 
+def test_held_downloads_send_half_their_gets_until_the_ranges_are_read(
+    s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """While the first batch reads its ranges, the prefetcher runs at most half its GETs:
+    with the first batch's data GETs (and every whole-shard GET) held at the server, exactly
+    8 of the 16 whole-shard GETs arrive, the earliest shards in the order the plan uses them;
+    let go, the epoch's first 48 samples are exact."""
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "held"), 1, shuffle=False)
+    assert ds.engine.concurrency == 16
+    heads = {
+        ds.catalog.shards[s].raw_key.rsplit("/", 1)[-1]: header_size(e.samples)
+        for s, e in enumerate(ds.catalog.entries)
+    }
+
+    def held(method: str, path: str, rng: str) -> bool:  # every shard GET but a header's
+        name = path.rsplit("/", 1)[-1]
+        return method == "GET" and name in sizes and rng != f"bytes=0-{heads[name] - 1}"
+
+    gate = proxy.hold(held)
+    got: list[Any] = []
+    reader = threading.Thread(target=lambda: got.extend(x for _, x in zip(range(48), ds)))
+    reader.start()
+    try:
+
+        def wholes() -> list[str]:
+            return [p.rsplit("/", 1)[-1] for p, r in list(proxy.stats.held)
+                    if r == f"bytes=0-{sizes[p.rsplit('/', 1)[-1]] - 1}"]  # fmt: skip
+
+        deadline = time.monotonic() + 20
+        while len(wholes()) < 8 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # time for a ninth to arrive, were it sent
+        first_uses = list(dict.fromkeys(
+            ds.catalog.shards[ds.catalog.locate_one(i)[0]].raw_key.rsplit("/", 1)[-1]
+            for i in range(len(ds))
+        ))  # fmt: skip
+        assert sorted(wholes()) == sorted(first_uses[:8])
+        # the first batch's data GETs wait too: the iteration is still in its first batch
+        assert len(proxy.stats.held) > len(wholes()) and not got
+    finally:
+        gate.set()
+        reader.join(60)
+    assert pairs(got) == [(i, big(i)) for i in range(48)]
+
+
 def test_fault_in_range_read_retried(
     s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
 ) -> None:
@@ -395,15 +443,16 @@ def test_fault_in_range_read_retried(
     s, _ = ref.catalog.locate_one(full[0][0])
     name = ref.catalog.shards[s].raw_key.rsplit("/", 1)[-1]
     proxy.reset_stats()
-    # the whole downloads wait for the first batch's ranges: the first GETs of the first
-    # shard are its header range, answered 503 and then cut in the middle, then retried
-    proxy.plan("503", "truncate", path=name)
+    # the first shard's header range is answered 503, then cut in the middle, then retried
+    # (its whole download may start meanwhile: the prefetcher runs half its GETs while held)
+    head = f"bytes=0-{header_size(ref.catalog.entries[s].samples) - 1}"
+    proxy.plan("503", "truncate", path=name, rng=head)
     ds = dataset(s3_big, opts, str(tmp_path / "f"), 8)
     assert pairs(list(ds)) == full
     assert proxy.stats.faults == {"503": 1, "truncate": 1}
-    head = f"bytes=0-{header_size(ds.catalog.entries[s].samples) - 1}"
+    assert [(p.rsplit("/", 1)[-1], r) for p, r, _f in proxy.stats.faulted] == [(name, head)] * 2
     mine = [r for p, r in proxy.stats.ranges if p.endswith(name)]
-    assert mine[:2] == [head, head] and len(mine) > 3  # and a resumed tail, the data, the shard
+    assert mine.count(head) == 2 and len(mine) > 3  # and a resumed tail, the data, the shard
     assert ds.engine.stats.retries == 2
     check_cache(str(tmp_path / "f"), sizes)
 
