@@ -40,7 +40,7 @@ from astream.runtime.stats import Stats
 from astream.runtime.versions import Board, Versions, refused
 from astream.storage.base import ObjectStore
 
-__all__ = ["RemoteShard", "ShardFetcher", "is_complete"]
+__all__ = ["RemoteShard", "ShardFetcher", "Streams", "is_complete"]
 
 
 @dataclass(frozen=True)

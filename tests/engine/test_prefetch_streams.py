@@ -66,19 +66,26 @@ class _Downloads:
         return True
 
 
+def _prefetcher(
+    tmp: Any, sizes: list[int], download: Any, concurrency: int, split_min: int, **kw: Any
+) -> Prefetcher:
+    """A prefetcher on the running loop over shards of ``sizes`` bytes, none in the cache."""
+    return Prefetcher(
+        _Catalog(tmp, sizes, **kw),  # type: ignore[arg-type]
+        download,
+        concurrency=concurrency,
+        split_min=split_min,
+        loop=asyncio.get_running_loop(),
+    )
+
+
 async def _prefetch(
     tmp: Any, sizes: list[int], concurrency: int, split_min: int, **kw: Any
 ) -> _Downloads:
     """Want every shard at once, then end the downloads one at a time, in order."""
     n = len(sizes)
     dl = _Downloads(n)
-    pf = Prefetcher(
-        _Catalog(tmp, sizes, **kw),  # type: ignore[arg-type]
-        dl,
-        concurrency=concurrency,
-        split_min=split_min,
-        loop=asyncio.get_running_loop(),
-    )
+    pf = _prefetcher(tmp, sizes, dl, concurrency, split_min, **kw)
     for s in range(n):
         pf.want(s)
     futs = [pf.take(s) for s in range(n)]
@@ -169,13 +176,7 @@ async def test_held_downloads_run_half_the_slots_until_released(tmp_path: Any) -
             return True
 
     gets = _Gets()
-    pf = Prefetcher(
-        _Catalog(tmp_path, [1000] * 8),  # type: ignore[arg-type]
-        gets,
-        concurrency=8,
-        split_min=1000,
-        loop=asyncio.get_running_loop(),
-    )
+    pf = _prefetcher(tmp_path, [1000] * 8, gets, concurrency=8, split_min=1000)
     assert pf.early == 4
     pf.hold()
     for s in range(8):
@@ -202,13 +203,7 @@ async def test_a_full_hold_runs_no_get_until_released(tmp_path: Any) -> None:
             await done.wait()
         return True
 
-    pf = Prefetcher(
-        _Catalog(tmp_path, [1000] * 3),  # type: ignore[arg-type]
-        download,
-        concurrency=4,
-        split_min=1000,
-        loop=asyncio.get_running_loop(),
-    )
+    pf = _prefetcher(tmp_path, [1000] * 3, download, concurrency=4, split_min=1000)
     pf.hold(0)
     for s in range(3):
         pf.want(s)
