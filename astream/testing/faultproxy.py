@@ -98,7 +98,9 @@ class FaultProxy(AppServer):
         self.only_get = only_get
         self.stats = ProxyStats()
         self._rng = random.Random(seed)
-        self._plan: collections.deque[tuple[str, str, str]] = collections.deque()
+        self._plan: collections.deque[tuple[str, str, str | Callable[[str], bool]]] = (
+            collections.deque()
+        )
         self._lock = threading.Lock()
         self._session: aiohttp.ClientSession | None = None
         self._bw_next = 0.0
@@ -121,9 +123,10 @@ class FaultProxy(AppServer):
                     raise AttributeError(f"FaultProxy has no setting {name!r}")
                 setattr(self, name, value)
 
-    def plan(self, *faults: str, path: str = "", rng: str = "") -> None:
-        """Give the next requests (whose path contains ``path``, and whose range is ``rng``
-        when one is given, as in ``stats.answered``) these faults, in order."""
+    def plan(self, *faults: str, path: str = "", rng: str | Callable[[str], bool] = "") -> None:
+        """Give the next requests (whose path contains ``path``, and whose range, as in
+        ``stats.answered``, is ``rng`` or passes it when it is a test) these faults, in
+        order."""
         for f in faults:
             if f not in (*FAULTS, *PLANNED_ONLY, "ok"):
                 raise ValueError(f"unknown fault {f!r}; one of {FAULTS + PLANNED_ONLY} or 'ok'")
@@ -149,7 +152,9 @@ class FaultProxy(AppServer):
     def _choose(self, method: str, path: str, rng: str) -> str:
         with self._lock:
             for i, (fault, where, which) in enumerate(self._plan):
-                if where in path and (not which or which == rng):
+                if where in path and (
+                    not which or (which(rng) if callable(which) else which == rng)
+                ):
                     del self._plan[i]
                     return fault
             if self.only_get and method != "GET":
