@@ -67,6 +67,8 @@ class Engine(Iteration, RandomAccess):
         self.concurrency = concurrency  # shards a prefetcher downloads, and GETs it runs, at once
         # a prefetched object is split into GETs of at least this many bytes (Prefetcher.split)
         self.split_min = 8 << 20
+        # a running GET's half handed to a slot that would idle is at least this many bytes
+        self.steal_min = 2 << 20
         self.cache_policy = check_policy(cache_policy)
         self.range_first_batches = range_first_batches  # see _range_wants
         # shards smaller than this are never read by range: one GET brings them whole about as

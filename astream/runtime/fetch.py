@@ -26,32 +26,21 @@ import asyncio
 import mmap
 import os
 import secrets
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from astream.core.compression import decompress
 from astream.core.hashing import hexdigest
 from astream.errors import FormatError, IntegrityError, ObjectChangedError, ObjectNotFoundError
 from astream.runtime.cache import TMP_MARK, CacheSpace, ShardFiles
 from astream.runtime.diskerror import disk_error
+from astream.runtime.gets import Gets, Slots, Streams, even_parts, fixed_parts
 from astream.runtime.locks import FileLock
 from astream.runtime.stats import Stats
 from astream.runtime.versions import Board, Versions, refused
 from astream.storage.base import ObjectStore
 
-__all__ = ["RemoteShard", "ShardFetcher", "Streams", "is_complete"]
-
-
-@dataclass(frozen=True)
-class Streams:
-    """How a prefetched object is read: in ``split`` near-equal ranged GETs (at least one),
-    each holding one of ``slots`` (its prefetcher's, shared by all its downloads) while it
-    runs. The prefetcher chooses ``split`` (see ``Prefetcher``); the slots bound the GETs one
-    prefetcher runs at once, whatever the shard size."""
-
-    split: int
-    slots: asyncio.Semaphore
+__all__ = ["RemoteShard", "ShardFetcher", "Slots", "Streams", "is_complete"]
 
 
 @dataclass(frozen=True)
@@ -316,17 +305,14 @@ class ShardFetcher:
     ) -> None:
         assert shard.remote is not None
         store = self.store_for(shard.remote)
-        loop = asyncio.get_running_loop()
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
         try:
             if streams is not None and shard.ranges is None:
-                parts = _even_parts(size, streams.split)
-                sem = streams.slots
+                parts = even_parts(size, streams.split)
+                slots = streams.slots
             else:
-                parts = _parts(shard.ranges or ((0, size),), self.part_size)
-                sem = asyncio.Semaphore(self.part_concurrency)
-
-            stream = getattr(store, "stream_range", None)
+                parts = fixed_parts(shard.ranges or ((0, size),), self.part_size)
+                slots = Slots(self.part_concurrency)
             url = store.url_for(key)
             # no indexed identity (an MDS shard): every part, and every resumption of one,
             # must come from one version of the object, the one this process read before if
@@ -336,39 +322,11 @@ class ShardFetcher:
             pin = self.versions.of(k) if shard.etag is None else None
             etag = shard.etag if pin is None else pin
             seen: list[str] | None = [] if etag is None else None
-
-            async def part(start: int, end: int, at: int) -> None:
-                async with sem:
-                    if stream is None:  # a store without streaming: whole part, then write
-                        if etag is None:
-                            data = await store.get_range(key, start, end, seen=seen)
-                        else:
-                            data = await store.get_range(key, start, end, etag=etag)
-                        got = len(data)
-                        if got == end - start:
-                            await loop.run_in_executor(None, _pwrite_all, fd, data, at)
-                    else:
-                        got = await stream(
-                            key,
-                            start,
-                            end,
-                            _FileSink(fd, at, at + end - start, url),
-                            etag=etag,
-                            seen=seen,
-                        )
-                    self.stats.range_requests += 1
-                    if got != end - start:
-                        raise FormatError(
-                            f"object is shorter than the index says ({size} bytes): got "
-                            f"{got} bytes for range {start}-{end}",
-                            store.url_for(key),
-                        )
-                    self.stats.add_bytes(shard.remote, got)
-
             if not parts:
                 return
+            gets = Gets(self.stats, store, key, url, fd, slots, etag, seen, shard.remote)
             try:
-                await _gather_all(*(part(s, e, at) for s, e, at in parts))
+                await gets.run(parts)
             except ObjectChangedError as exc:
                 if pin is None:
                     raise
@@ -389,71 +347,6 @@ class ShardFetcher:
                 self.versions.record(path, k)
         finally:
             os.close(fd)
-
-
-def _parts(ranges: tuple[tuple[int, int], ...], part_size: int) -> list[tuple[int, int, int]]:
-    """(start, end, offset in the file) of each ranged GET: every range of the object, split
-    into ``part_size`` pieces, written one after the other."""
-    out = []
-    at = 0
-    for lo, hi in ranges:
-        for s in range(lo, hi, part_size):
-            e = min(s + part_size, hi)
-            out.append((s, e, at))
-            at += e - s
-    return out
-
-
-def _even_parts(size: int, n: int) -> list[tuple[int, int, int]]:
-    """(start, end, offset in the file) of ``n`` ranged GETs of near-equal length covering
-    ``size`` bytes (fewer when ``size`` is smaller than ``n``; none for an empty object)."""
-    n = max(1, min(n, size))
-    cuts = [size * i // n for i in range(n + 1)]
-    return [(cuts[i], cuts[i + 1], cuts[i]) for i in range(n) if cuts[i + 1] > cuts[i]]
-
-
-async def _gather_all(*coros: Coroutine[Any, Any, None]) -> None:
-    """Run concurrently; on the first error cancel the rest and raise it."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        await asyncio.gather(*tasks)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-
-
-class _FileSink:
-    """Writes a ranged GET's chunks into the temporary file as they arrive, each at its offset
-    (one ``pwrite`` per socket chunk, on the loop thread: a copy into the page cache, no
-    thread hand-off). Refuses bytes past ``stop``: a server that sent more than the range."""
-
-    __slots__ = ("at", "fd", "stop", "url")
-
-    def __init__(self, fd: int, at: int, stop: int, url: str) -> None:
-        self.fd, self.at, self.stop, self.url = fd, at, stop, url
-
-    def __call__(self, chunk: bytes) -> None:
-        at = self.at
-        if at + len(chunk) > self.stop:
-            raise FormatError(
-                f"the server sent more than the {self.stop - at} bytes left of the range",
-                self.url,
-            )
-        _pwrite_all(self.fd, chunk, at)
-        self.at = at + len(chunk)
-
-
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
-    """Write all of ``data`` at ``offset``. A nearly full disk makes ``pwrite`` write only part
-    (its return value): ignoring it left a hole in a file of the right size -- zeros served as
-    shard bytes, or SIGBUS reading the map on tmpfs. The next call raises ENOSPC instead."""
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view = view[n:]
-        offset += n
 
 
 def _check_inside(files: ShardFiles) -> None:

@@ -142,6 +142,7 @@ class Iteration(FirstBatch):
             self.download,
             concurrency=self.concurrency,
             split_min=self.split_min,
+            steal_min=self.steal_min,
             loop=loop,
         )
         if self._may_range():

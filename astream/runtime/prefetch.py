@@ -18,6 +18,10 @@ so the slots still fill. A store that caps each connection's rate gets the same 
 connections either way; a store that reads the whole object to answer any range (moto does)
 is asked once per shard whenever the window holds enough shards.
 
+A split is decided when a download starts, so the last shards of an epoch, started while many
+GETs still ran, get one GET each. When those other GETs end, the slots they free are not left
+idle: each splits the running GET with the most bytes left (``steal_min``, ``fetch.Slots``).
+
 Prefetch downloads never wait for cache room (``block=False``): if the cache is full of pinned
 shards the prefetch is skipped and the consumer fetches on demand when it gets there. Errors of a
 prefetch are not lost: they are raised to the consumer when it asks for that shard.
@@ -42,7 +46,7 @@ import numpy as np
 from astream import bridge
 from astream.runtime.batch_groups import Groups, chunk_groups
 from astream.runtime.catalog import Catalog
-from astream.runtime.fetch import Streams, is_complete
+from astream.runtime.fetch import Slots, Streams, is_complete
 
 __all__ = ["STEP_DONE", "STEP_LOCATE", "Lookahead", "Prefetcher"]
 
@@ -66,19 +70,23 @@ class Prefetcher:
         *,
         concurrency: int = 16,
         split_min: int = 8 << 20,
+        steal_min: int = 0,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.catalog = catalog
         self._download = download
         self.concurrency = max(1, concurrency)
         self.split_min = max(1, split_min)  # the fewest bytes one GET of a split object reads
+        # the fewest bytes a running GET hands to a new one when a slot would idle (0: never)
+        self.steal_min = max(0, steal_min)
         self._loop = loop  # None: the bridge loop (sync consumer)
         # GETs that may run while held (see hold): half the slots
         self.early = max(1, self.concurrency // 2)
         self._sem: asyncio.Semaphore | None = None  # shards downloading
-        self._slots: asyncio.Semaphore | None = None  # GETs running (see Streams)
+        self._slots: Slots | None = None  # GETs running (see Streams)
         self._short = 0  # slots kept back from _slots while held (on the loop)
         self._unfinished = 0  # downloads wanted and not finished (see split)
+        self._active = 0  # of those, the ones started (past the shard semaphore)
         self._pending: dict[int, concurrent.futures.Future[bool] | asyncio.Future[bool]] = {}
         self._held = False  # see hold()
         self.started = False  # a download was wanted (the cache is not hot)
@@ -109,6 +117,7 @@ class Prefetcher:
         for _ in range(short):
             assert self._slots is not None
             self._slots.release()
+            self._slots.freed()
 
     async def _run(self, s: int) -> bool:
         self._unfinished += 1  # on the loop, as every change of it: no lock
@@ -117,14 +126,24 @@ class Prefetcher:
                 # made on the loop, as _open runs: a release scheduled since then frees them
                 self._sem = asyncio.Semaphore(self.concurrency)
                 self._short = self.concurrency - self.early if self._held else 0
-                self._slots = asyncio.Semaphore(self.concurrency - self._short)
+                self._slots = Slots(
+                    self.concurrency - self._short, steal_min=self.steal_min, idle=self._idle
+                )
             async with self._sem:
-                # downloads wanted in the same burst count before the first one splits
-                await asyncio.sleep(0)
-                assert self._slots is not None
-                return await self._download(s, False, Streams(self.split(s), self._slots))
+                self._active += 1
+                try:
+                    # downloads wanted in the same burst count before the first one splits
+                    await asyncio.sleep(0)
+                    assert self._slots is not None
+                    return await self._download(s, False, Streams(self.split(s), self._slots))
+                finally:
+                    self._active -= 1
         finally:
             self._unfinished -= 1
+
+    def _idle(self) -> bool:
+        """No wanted download waits to start: a slot that frees now would idle (Slots)."""
+        return self._active == self._unfinished
 
     def split(self, s: int) -> int:
         """In how many ranged GETs ``s`` is read, decided as its download starts: its share of

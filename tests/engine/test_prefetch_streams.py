@@ -9,6 +9,7 @@ the GETs the rule gives, which tile it exactly, and every sample comes back.
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 from astream import MDSWriter, StreamingDataset
-from astream.runtime.fetch import Streams
+from astream.runtime.fetch import Slots, Streams
 from astream.runtime.prefetch import Prefetcher
 from astream.storage.sync import upload
 
@@ -98,7 +99,7 @@ async def _prefetch(
     assert dl.peak == min(concurrency, n)
     slots = {id(st.slots) for st in dl.calls.values()}
     assert len(slots) == 1  # one set of stream slots for all the prefetcher's downloads
-    assert next(iter(dl.calls.values())).slots._value == concurrency  # all free again
+    assert next(iter(dl.calls.values())).slots.free == concurrency  # all free again
     return dl
 
 
@@ -159,6 +160,48 @@ def test_a_lone_cold_shard_is_read_in_the_gets_the_rule_gives(
     assert sorted(shard_gets) == sorted(f"bytes={cuts[i]}-{cuts[i + 1] - 1}" for i in range(3))
 
 
+@pytest.fixture(scope="module")
+def two_shards(s3_bucket: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A shard of 300 samples of 1-2 KB, then one of 20 samples, on the S3 emulator."""
+    path = str(tmp_path_factory.mktemp("streams2") / "ds")
+    rng = np.random.default_rng(10)
+    with MDSWriter(out=path, columns={"blob": "bytes", "label": "int"}, size_limit=460_000) as w:
+        for i in range(320):
+            w.write({"blob": rng.bytes(int(rng.integers(1000, 2000))), "label": i})
+    url = f"{s3_bucket}/streams2-{uuid.uuid4().hex[:8]}"
+    upload(path, url)
+    return url
+
+
+def test_the_slot_a_finished_shard_frees_splits_the_shard_still_downloading(
+    two_shards: str, s3_server: Any, make_proxy: Any, tmp_path: Any
+) -> None:
+    """An iteration over two cold shards, one GET each: the first shard's GET waits at the
+    server while the second shard comes in, so its freed slot splits the first shard's GET
+    in two. Every sample comes back, from a file tiled by the two GETs."""
+    proxy = make_proxy(s3_server.url)
+    ds = StreamingDataset(
+        remote=two_shards,
+        local=str(tmp_path / "cache"),
+        batch_size=4,
+        range_first_batches=0,  # the first batch waits for the shard: no ranged reads
+        storage_options={"endpoint_url": proxy.url},
+    )
+    sizes = [sh.files.raw_size for sh in ds.catalog.shards]
+    assert len(sizes) == 2 and sizes[0] > 10 * sizes[1]
+    ds.engine.split_min = sizes[0]  # one GET per shard
+    ds.engine.steal_min = 4096
+    first = ds.shards[0].raw_data.basename
+    whole = f"bytes=0-{sizes[0] - 1}"
+    gate = proxy.hold(lambda method, path, rng: path.endswith(first) and rng == whole)
+    threading.Timer(1.0, gate.set).start()  # the second shard is in long before
+    got = sorted(int(x["label"]) for x in ds)
+    assert got == list(range(320))
+    first_gets = [r for p, r in proxy.stats.ranges if p.endswith(first)]
+    assert first_gets[:2] == [whole, f"bytes={sizes[0] // 2}-{sizes[0] - 1}"]
+    assert ds.stats.range_requests == len(first_gets) + 1
+
+
 async def test_held_downloads_run_half_the_slots_until_released(tmp_path: Any) -> None:
     """While the first batch is read by ranges the prefetcher is held: its earliest downloads
     start, but at most ``early`` GETs run; released, every slot is free."""
@@ -214,3 +257,58 @@ async def test_a_full_hold_runs_no_get_until_released(tmp_path: Any) -> None:
     assert running == [0, 1, 2]
     done.set()
     assert await asyncio.gather(*(pf.take(s) for s in range(3))) == [True] * 3  # type: ignore[misc]
+
+
+async def test_slots_split_running_gets_only_while_no_download_waits_to_start(
+    tmp_path: Any,
+) -> None:
+    """The prefetcher's slots split a running GET (``steal_min``) only while every wanted
+    download has started: with 3 shards and 2 shard slots, not while the third waits."""
+    dl = _Downloads(3)
+    pf = Prefetcher(
+        _Catalog(tmp_path, [1000] * 3),  # type: ignore[arg-type]
+        dl,
+        concurrency=2,
+        split_min=1000,
+        steal_min=123,
+        loop=asyncio.get_running_loop(),
+    )
+    for s in range(3):
+        pf.want(s)
+    await asyncio.sleep(0.02)
+    slots = dl.calls[0].slots
+    assert slots.steal_min == 123 and sorted(dl.calls) == [0, 1]
+    assert slots._idle is not None and not slots._idle()  # shard 2 waits to start
+    dl.done[0].set()
+    await asyncio.sleep(0.02)
+    assert sorted(dl.calls) == [0, 1, 2] and slots._idle()  # all started
+    dl.done[1].set()
+    dl.done[2].set()
+    assert await asyncio.gather(*(pf.take(s) for s in range(3))) == [True] * 3  # type: ignore[misc]
+    assert pf._unfinished == 0 and pf._active == 0
+
+
+async def test_slots_are_first_come_first_served_and_a_cancelled_waiter_passes_its_slot_on() -> (
+    None
+):
+    slots = Slots(1)
+    assert slots.take() and not slots.take()
+    order: list[str] = []
+
+    async def waiter(name: str) -> None:
+        await slots.acquire()
+        order.append(name)
+
+    a, _b, c = (asyncio.ensure_future(waiter(n)) for n in "abc")
+    await asyncio.sleep(0)
+    assert slots.waiting == 3 and not slots.take()  # nobody jumps the queue
+    slots.release()  # handed to a...
+    a.cancel()  # ...cancelled before it ran: the slot goes on to b
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert a.cancelled() and order == ["b"] and slots.waiting == 1
+    slots.release()
+    await c
+    assert order == ["b", "c"]
+    slots.release()
+    assert slots.free == 1 and slots.waiting == 0

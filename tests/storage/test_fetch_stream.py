@@ -19,7 +19,7 @@ import pytest
 
 from astream.errors import FormatError
 from astream.runtime.cache import CacheSpace, ShardFiles
-from astream.runtime.fetch import RemoteShard, ShardFetcher, Streams
+from astream.runtime.fetch import RemoteShard, ShardFetcher, Slots, Streams
 from astream.runtime.stats import Stats
 from astream.runtime.versions import XATTR
 from astream.testing import FaultProxy
@@ -323,7 +323,7 @@ async def test_a_prefetch_reads_its_object_in_the_gets_it_was_given(
             proxy.reset_stats()
             shard = _shard(str(tmp_path / root), store.url, "even.bin", len(BLOB))
             fetcher = _fetcher(str(tmp_path / root), store)
-            assert await fetcher.download(shard, streams=Streams(split, asyncio.Semaphore(4)))
+            assert await fetcher.download(shard, streams=Streams(split, Slots(4)))
             assert _read(shard.files.raw_path) == BLOB
             assert fetcher.stats.range_requests == split
             if remote_target.name != "azure":  # Azure's SDK splits a read into blocks
@@ -345,7 +345,7 @@ async def test_the_gets_of_all_prefetches_share_their_slots(
     proxy = make_proxy(remote_target.upstream)
     store = remote_target.open(proxy=proxy)
     gate = proxy.hold(lambda method, path, rng: method == "GET")
-    slots = asyncio.Semaphore(2)
+    slots = Slots(2)
     try:
         shards = [
             _shard(str(tmp_path / key), store.url, key, len(BLOB)) for key in ("a.bin", "b.bin")
@@ -369,3 +369,102 @@ async def test_the_gets_of_all_prefetches_share_their_slots(
     assert _read(shards[0].files.raw_path) == BLOB
     assert _read(shards[1].files.raw_path) == BLOB[::-1]
     assert gets(proxy) == 4
+
+
+async def _steal_case(
+    remote_target: Target,
+    make_proxy: Callable[..., FaultProxy],
+    tmp_path: Any,
+    slots: Slots,
+    fault: str | None = None,
+) -> tuple[FaultProxy, list[Any], list[Any], list[ShardFetcher]]:
+    """Two prefetches over ``slots`` (2): ``small.bin`` and ``b.bin`` (BLOB), one GET each,
+    the GET of ``b.bin`` held at the proxy until ``small.bin`` is in. ``fault``: planned on the
+    GET of the second half of ``b.bin``, should it be split off."""
+    await seed(remote_target, "small.bin", BLOB[:1000])
+    await seed(remote_target, "b.bin", BLOB)
+    proxy = make_proxy(remote_target.upstream)
+    store = remote_target.open(proxy=proxy)
+    whole = f"bytes=0-{len(BLOB) - 1}"
+    gate = proxy.hold(lambda method, path, rng: path.endswith("b.bin") and rng == whole)
+    if fault is not None:
+        proxy.plan(fault, path="b.bin", rng=lambda r: r not in ("", whole))
+    shards = [
+        _shard(str(tmp_path / "small"), store.url, "small.bin", 1000),
+        _shard(str(tmp_path / "b"), store.url, "b.bin", len(BLOB)),
+    ]
+    fetchers = [_fetcher(str(tmp_path / k), store) for k in ("small", "b")]
+    try:
+        big = asyncio.ensure_future(fetchers[1].download(shards[1], streams=Streams(1, slots)))
+        for _ in range(200):  # the whole-object GET waits at the proxy
+            if proxy.stats.held:
+                break
+            await asyncio.sleep(0.01)
+        assert proxy.stats.held
+        assert await fetchers[0].download(shards[0], streams=Streams(1, slots))
+        await asyncio.sleep(0.1)  # the split-off GET, if any, is sent meanwhile
+        gate.set()
+        results = await asyncio.gather(big, return_exceptions=True)
+    finally:
+        gate.set()
+        await store.aclose()
+    return proxy, results, shards, fetchers
+
+
+async def test_a_slot_that_would_idle_splits_the_longest_running_get(
+    remote_target: Target, make_proxy: Callable[..., FaultProxy], tmp_path: Any
+) -> None:
+    """A GET ends while nothing waits for its slot: the running GET with the most bytes left
+    stops halfway through them, and a new GET reads the rest into the same file. The bytes
+    land exact, and each byte is counted once."""
+    slots = Slots(2, steal_min=1 << 20, idle=lambda: True)
+    proxy, results, shards, fetchers = await _steal_case(remote_target, make_proxy, tmp_path, slots)
+    assert results == [True]
+    assert _read(shards[1].files.raw_path) == BLOB
+    # then each GET that ends (the first one at its cut) splits the other while its half is
+    # at least steal_min: how many times depends on the timing, the first split does not
+    assert slots.steals >= 1
+    assert fetchers[1].stats.range_requests == 1 + slots.steals
+    assert fetchers[1].stats.bytes_fetched == len(BLOB)  # a cut GET counted to its cut only
+    if remote_target.name != "azure":  # Azure's SDK splits a read into blocks of its own
+        b_gets = [r for p, r in proxy.stats.ranges if p.endswith("b.bin")]
+        assert b_gets[:2] == [f"bytes=0-{len(BLOB) - 1}", f"bytes={len(BLOB) // 2}-{len(BLOB) - 1}"]
+        assert len(b_gets) == 1 + slots.steals
+    assert slots.free == 2 and not slots.lanes and slots.waiting == 0
+
+
+@pytest.mark.parametrize("why", ["a download waits to start", "the half is under steal_min"])
+async def test_no_split_while_a_download_waits_or_the_half_is_small(
+    why: str, remote_target: Target, make_proxy: Callable[..., FaultProxy], tmp_path: Any
+) -> None:
+    """A freed slot is kept for a download that waits to start (``idle()`` false), and a
+    running GET is never split into halves smaller than ``steal_min``."""
+    if why == "a download waits to start":
+        slots = Slots(2, steal_min=1 << 20, idle=lambda: False)
+    else:
+        slots = Slots(2, steal_min=len(BLOB) // 2 + 1, idle=lambda: True)
+    proxy, results, shards, fetchers = await _steal_case(remote_target, make_proxy, tmp_path, slots)
+    assert results == [True]
+    assert _read(shards[1].files.raw_path) == BLOB
+    assert slots.steals == 0 and fetchers[1].stats.range_requests == 1
+    assert slots.free == 2
+    if remote_target.name != "azure":
+        assert [r for p, r in proxy.stats.ranges if p.endswith("b.bin")] == [
+            f"bytes=0-{len(BLOB) - 1}"
+        ]
+
+
+async def test_a_failed_split_off_get_fails_its_download_and_frees_every_slot(
+    remote_target: Target, make_proxy: Callable[..., FaultProxy], tmp_path: Any
+) -> None:
+    """The split-off GET is refused (403): the download raises it, publishes nothing, and
+    every slot is free again with no GET left to split."""
+    slots = Slots(2, steal_min=1 << 20, idle=lambda: True)
+    proxy, results, shards, _ = await _steal_case(
+        remote_target, make_proxy, tmp_path, slots, fault="403"
+    )
+    assert slots.steals >= 1
+    assert proxy.stats.faults["403"] == 1
+    assert len(results) == 1 and isinstance(results[0], Exception), results
+    assert not os.path.exists(shards[1].files.raw_path)
+    assert slots.free == 2 and not slots.lanes and slots.waiting == 0
