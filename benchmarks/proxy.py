@@ -64,6 +64,7 @@ class Proxy:
         self.bytes_out = 0
         self.bytes_in = 0
         self.error_responses = 0  # answers with status >= 400 (a 412 is a failed If-Match)
+        self.hangups = 0  # answers the client closed before their end (a GET cut short)
         self.in_flight = 0
         self.peak_in_flight = 0  # requests being served at once, at most (since the reset)
 
@@ -74,6 +75,7 @@ class Proxy:
             "bytes_out": self.bytes_out,
             "bytes_in": self.bytes_in,
             "error_responses": self.error_responses,
+            "hangups": self.hangups,
             "peak_in_flight": self.peak_in_flight,
             "latency_ms": self.latency_ms,
             "bandwidth_mbps": self.bandwidth_mbps,
@@ -153,7 +155,12 @@ class Proxy:
                         await asyncio.sleep(own - now)
                     self.bytes_out += len(chunk)
                     sent += len(chunk)
-                    await resp.write(chunk)
+                    try:
+                        await resp.write(chunk)
+                    except ConnectionResetError:  # the client stopped reading (a cut GET)
+                        self.hangups += 1
+                        status = f"{status} client gone"
+                        return resp
                 await resp.write_eof()
                 return resp
         except BaseException as e:
