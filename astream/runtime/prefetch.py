@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -127,7 +128,7 @@ class Prefetcher:
                 self._sem = asyncio.Semaphore(self.concurrency)
                 self._short = self.concurrency - self.early if self._held else 0
                 self._slots = Slots(
-                    self.concurrency - self._short, steal_min=self.steal_min, idle=self._idle
+                    self.concurrency - self._short, steal_min=self.steal_min, idle=_idle_of(self)
                 )
             async with self._sem:
                 self._active += 1
@@ -190,6 +191,18 @@ class Prefetcher:
         for fut in self._pending.values():
             fut.cancel()
         self._pending.clear()
+
+
+def _idle_of(pf: Prefetcher) -> Callable[[], bool]:
+    """``pf._idle`` without a reference to ``pf``: its slots must not keep it (and through it
+    the engine and dataset) alive in a cycle once its iteration is dropped."""
+    ref = weakref.ref(pf)
+
+    def idle() -> bool:
+        p = ref()
+        return p is not None and p._idle()
+
+    return idle
 
 
 class Lookahead:

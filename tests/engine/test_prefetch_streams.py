@@ -9,8 +9,10 @@ the GETs the rule gives, which tile it exactly, and every sample comes back.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import uuid
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -312,3 +314,27 @@ async def test_slots_are_first_come_first_served_and_a_cancelled_waiter_passes_i
     assert order == ["b", "c"]
     slots.release()
     assert slots.free == 1 and slots.waiting == 0
+
+
+def test_a_dataset_dropped_after_a_cold_epoch_is_freed_at_once(
+    two_shards: str, s3_server: Any, tmp_path: Any
+) -> None:
+    """No reference cycle keeps a dataset alive after a cold epoch (its prefetcher's GET slots
+    ask the prefetcher whether a download waits, without holding it): dropped, it is freed
+    at once, engine and all, so its cache entry is no longer in use (``astream cache clear``).
+    The collector is off from before the epoch: anything left in a cycle stays."""
+    gc.collect()
+    gc.disable()
+    try:
+        ds = StreamingDataset(
+            remote=two_shards,
+            local=str(tmp_path / "cache"),
+            batch_size=4,
+            storage_options={"endpoint_url": s3_server.url},
+        )
+        assert sorted(int(x["label"]) for x in ds) == list(range(320))
+        refs = [weakref.ref(ds), weakref.ref(ds.engine)]  # the engine holds the cache lease
+        del ds
+        assert [r() for r in refs] == [None, None]
+    finally:
+        gc.enable()
