@@ -157,7 +157,7 @@ class Proxy:
                     sent += len(chunk)
                     try:
                         await resp.write(chunk)
-                    except ConnectionResetError:  # the client stopped reading (a cut GET)
+                    except ConnectionError:  # the client stopped reading (a cut GET)
                         self.hangups += 1
                         status = f"{status} client gone"
                         return resp
