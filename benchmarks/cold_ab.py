@@ -84,6 +84,40 @@ class CpuWatch:
         return out
 
 
+def epoch_spec(
+    wl: str,
+    scale: float,
+    num_workers: int,
+    data: Path,
+    remote: str,
+    cache: Path,
+    proxy: str,
+    shuffle_algo: str = "",
+) -> dict[str, Any]:
+    """The harness's cold epoch case for ``benchmarks.runners.astream`` (batch 32, seed 1234,
+    shuffled): the spec ``benchmarks.run`` gives it, astream's data at ``remote``."""
+    w = WORKLOADS[wl]
+    spec: dict[str, Any] = {
+        "lib": "astream",
+        "seed": 1234,
+        "batch_size": 32,
+        "scenario": "epoch",
+        "workload": wl,
+        "cold": True,
+        "num_workers": num_workers,
+        "payload_kind": w.payload_kind,
+        "samples": w.samples(scale),
+        "shard_bytes": shard_bytes(scale),
+        "data": str(data),
+        "remote": remote,
+        "cache": str(cache),
+        "proxy": proxy,
+    }
+    if shuffle_algo:
+        spec["shuffle_algo"] = shuffle_algo
+    return spec
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.cold_ab")
     ap.add_argument("--tree", action="append", required=True, help="NAME=DIR (repeatable)")
@@ -167,24 +201,16 @@ def main() -> None:
                 for name, tree in trees.items():
                     cache = work / "cache" / name / wl
                     shutil.rmtree(cache, ignore_errors=True)
-                    spec = {
-                        "lib": "astream",
-                        "seed": 1234,
-                        "batch_size": 32,
-                        "scenario": "epoch",
-                        "workload": wl,
-                        "cold": True,
-                        "num_workers": a.num_workers,
-                        "payload_kind": w.payload_kind,
-                        "samples": w.samples(a.scale),
-                        "shard_bytes": shard_bytes(a.scale),
-                        "data": str(data),
-                        "remote": f"{scheme}://bench/astream/{wl}",
-                        "cache": str(cache),
-                        "proxy": s3.endpoint,
-                    }
-                    if a.shuffle_algo:
-                        spec["shuffle_algo"] = a.shuffle_algo
+                    spec = epoch_spec(
+                        wl,
+                        a.scale,
+                        a.num_workers,
+                        data,
+                        f"{scheme}://bench/astream/{wl}",
+                        cache,
+                        s3.endpoint,
+                        a.shuffle_algo,
+                    )
                     before = s3.control("stats")
                     p = subprocess.Popen(
                         [sys.executable, "-m", "benchmarks.runners.astream", json.dumps(spec)],

@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cold_ab import epoch_spec
 from benchmarks.s3util import upload_dir
 from benchmarks.servers import S3Emulator
-from benchmarks.workloads import WORKLOADS, shard_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,7 +78,6 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     trees = dict(t.split("=", 1) for t in a.tree)
-    w = WORKLOADS[a.workload]
     data = a.work.resolve() / "data" / "astream" / a.workload
     if not (data / "index.json").exists():
         sys.exit(f"{data} has no dataset: run benchmarks.cold_ab once with --work {a.work}")
@@ -108,23 +107,16 @@ def main() -> None:
                 rec_dir = a.out / f".{name}-rep{rep}"
                 shutil.rmtree(rec_dir, ignore_errors=True)
                 rec_dir.mkdir()
-                spec = {
-                    "lib": "astream",
-                    "seed": 1234,
-                    "batch_size": 32,
-                    "scenario": "epoch",
-                    "workload": a.workload,
-                    "cold": True,
-                    "num_workers": a.num_workers,
-                    "payload_kind": w.payload_kind,
-                    "samples": w.samples(a.scale),
-                    "shard_bytes": shard_bytes(a.scale),
-                    "data": str(data),
-                    "remote": f"s3://bench/astream/{a.workload}",
-                    "cache": str(cache),
-                    "proxy": s3.endpoint,
-                    "shuffle_algo": a.shuffle_algo,
-                }
+                spec = epoch_spec(
+                    a.workload,
+                    a.scale,
+                    a.num_workers,
+                    data,
+                    f"s3://bench/astream/{a.workload}",
+                    cache,
+                    s3.endpoint,
+                    a.shuffle_algo,
+                )
                 hook = ROOT / "benchmarks" / "timeline_hook.py"
                 code = (
                     f"import runpy; runpy.run_path({str(hook)!r}); "

@@ -128,30 +128,42 @@ async def test_a_compressed_shard_splits_by_its_fetched_size(tmp_path: Any) -> N
     assert dl.calls[0].split == 3
 
 
-@pytest.fixture(scope="module")
-def one_shard(s3_bucket: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """200 samples of 1-2 KB in one shard of ~300 KB, on the S3 emulator."""
+def _upload_samples(
+    s3_bucket: str, tmp_path_factory: pytest.TempPathFactory, n: int, seed: int, **kw: Any
+) -> str:
+    """``n`` samples of 1-2 KB labelled 0 to n-1, written with ``kw``, on the S3 emulator."""
     path = str(tmp_path_factory.mktemp("streams") / "ds")
-    rng = np.random.default_rng(9)
-    with MDSWriter(out=path, columns={"blob": "bytes", "label": "int"}) as w:
-        for i in range(200):
+    rng = np.random.default_rng(seed)
+    with MDSWriter(out=path, columns={"blob": "bytes", "label": "int"}, **kw) as w:
+        for i in range(n):
             w.write({"blob": rng.bytes(int(rng.integers(1000, 2000))), "label": i})
     url = f"{s3_bucket}/streams-{uuid.uuid4().hex[:8]}"
     upload(path, url)
     return url
 
 
+@pytest.fixture(scope="module")
+def one_shard(s3_bucket: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """200 samples of 1-2 KB in one shard of ~300 KB, on the S3 emulator."""
+    return _upload_samples(s3_bucket, tmp_path_factory, 200, 9)
+
+
+def _cold_dataset(remote: str, tmp_path: Any, proxy: Any) -> StreamingDataset:
+    """Over ``proxy``, an empty cache; the first batch waits for its shard (no ranged reads)."""
+    return StreamingDataset(
+        remote=remote,
+        local=str(tmp_path / "cache"),
+        batch_size=4,
+        range_first_batches=0,
+        storage_options={"endpoint_url": proxy.url},
+    )
+
+
 def test_a_lone_cold_shard_is_read_in_the_gets_the_rule_gives(
     one_shard: str, s3_server: Any, make_proxy: Any, tmp_path: Any
 ) -> None:
     proxy = make_proxy(s3_server.url)
-    ds = StreamingDataset(
-        remote=one_shard,
-        local=str(tmp_path / "cache"),
-        batch_size=4,
-        range_first_batches=0,  # the first batch waits for the shard: no ranged reads
-        storage_options={"endpoint_url": proxy.url},
-    )
+    ds = _cold_dataset(one_shard, tmp_path, proxy)
     assert len(ds.shards) == 1
     size = ds.catalog.shards[0].files.raw_size
     ds.engine.split_min = size // 3 + 1  # three GETs (under the 16 slots, and far under 8 MiB)
@@ -165,14 +177,7 @@ def test_a_lone_cold_shard_is_read_in_the_gets_the_rule_gives(
 @pytest.fixture(scope="module")
 def two_shards(s3_bucket: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A shard of 300 samples of 1-2 KB, then one of 20 samples, on the S3 emulator."""
-    path = str(tmp_path_factory.mktemp("streams2") / "ds")
-    rng = np.random.default_rng(10)
-    with MDSWriter(out=path, columns={"blob": "bytes", "label": "int"}, size_limit=460_000) as w:
-        for i in range(320):
-            w.write({"blob": rng.bytes(int(rng.integers(1000, 2000))), "label": i})
-    url = f"{s3_bucket}/streams2-{uuid.uuid4().hex[:8]}"
-    upload(path, url)
-    return url
+    return _upload_samples(s3_bucket, tmp_path_factory, 320, 10, size_limit=460_000)
 
 
 def test_the_slot_a_finished_shard_frees_splits_the_shard_still_downloading(
@@ -182,13 +187,7 @@ def test_the_slot_a_finished_shard_frees_splits_the_shard_still_downloading(
     server while the second shard comes in, so its freed slot splits the first shard's GET
     in two. Every sample comes back, from a file tiled by the two GETs."""
     proxy = make_proxy(s3_server.url)
-    ds = StreamingDataset(
-        remote=two_shards,
-        local=str(tmp_path / "cache"),
-        batch_size=4,
-        range_first_batches=0,  # the first batch waits for the shard: no ranged reads
-        storage_options={"endpoint_url": proxy.url},
-    )
+    ds = _cold_dataset(two_shards, tmp_path, proxy)
     sizes = [sh.files.raw_size for sh in ds.catalog.shards]
     assert len(sizes) == 2 and sizes[0] > 10 * sizes[1]
     ds.engine.split_min = sizes[0]  # one GET per shard
