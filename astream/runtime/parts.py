@@ -89,7 +89,7 @@ class EngineBase:
     ahead_fixed: bool  # ``predownload`` given: never plan past it
     concurrency: int
     split_min: int  # see Prefetcher.split
-    steal_min: int  # see fetch.Slots
+    steal_min: int  # see gets.Slots
     cache_policy: str
     range_first_batches: int  # see RangeReads._range_wants
     range_min_bytes: int

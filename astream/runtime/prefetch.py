@@ -20,7 +20,7 @@ is asked once per shard whenever the window holds enough shards.
 
 A split is decided when a download starts, so the last shards of an epoch, started while many
 GETs still ran, get one GET each. When those other GETs end, the slots they free are not left
-idle: each splits the running GET with the most bytes left (``steal_min``, ``fetch.Slots``).
+idle: each splits the running GET with the most bytes left (``steal_min``, ``gets.Slots``).
 
 Prefetch downloads never wait for cache room (``block=False``): if the cache is full of pinned
 shards the prefetch is skipped and the consumer fetches on demand when it gets there. Errors of a
