@@ -377,10 +377,12 @@ async def _steal_case(
     tmp_path: Any,
     slots: Slots,
     fault: str | None = None,
+    rewrite: bytes | None = None,
 ) -> tuple[FaultProxy, list[Any], list[Any], list[ShardFetcher]]:
     """Two prefetches over ``slots`` (2): ``small.bin`` and ``b.bin`` (BLOB), one GET each,
     the GET of ``b.bin`` held at the proxy until ``small.bin`` is in. ``fault``: planned on the
-    GET of the second half of ``b.bin``, should it be split off."""
+    GET of the second half of ``b.bin``, should it be split off. ``rewrite``: the new content of
+    ``b.bin``, written after that second half was read and before the held GET goes on."""
     await seed(remote_target, "small.bin", BLOB[:1000])
     await seed(remote_target, "b.bin", BLOB)
     proxy = make_proxy(remote_target.upstream)
@@ -403,6 +405,8 @@ async def _steal_case(
         assert proxy.stats.held
         assert await fetchers[0].download(shards[0], streams=Streams(1, slots))
         await asyncio.sleep(0.1)  # the split-off GET, if any, is sent meanwhile
+        if rewrite is not None:
+            await seed(remote_target, "b.bin", rewrite)
         gate.set()
         results = await asyncio.gather(big, return_exceptions=True)
     finally:
@@ -468,3 +472,23 @@ async def test_a_failed_split_off_get_fails_its_download_and_frees_every_slot(
     assert len(results) == 1 and isinstance(results[0], Exception), results
     assert not os.path.exists(shards[1].files.raw_path)
     assert slots.free == 2 and not slots.lanes and slots.waiting == 0
+
+
+async def test_a_split_off_get_of_another_version_fails_the_download(
+    remote_target: Target, make_proxy: Callable[..., FaultProxy], tmp_path: Any
+) -> None:
+    """The object is rewritten after its split-off second half was read and before the first
+    GET reads up to the cut: the two GETs name two versions, so the download is an
+    ``ObjectChangedError`` and publishes nothing -- never a file of two versions."""
+    from astream.errors import ObjectChangedError
+
+    slots = Slots(2, steal_min=1 << 20, idle=lambda: True)
+    new = bytes(b ^ 0x5A for b in BLOB)
+    _, results, shards, _ = await _steal_case(
+        remote_target, make_proxy, tmp_path, slots, rewrite=new
+    )
+    assert slots.steals >= 1
+    assert len(results) == 1 and isinstance(results[0], ObjectChangedError), results
+    assert "rewritten while it downloaded" in str(results[0])
+    assert not os.path.exists(shards[1].files.raw_path)
+    assert slots.free == 2 and not slots.lanes
