@@ -34,7 +34,7 @@ from astream.runtime.batch import BatchLayouts, locate_batch
 from astream.runtime.batch_groups import BatchGroups, Groups
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
-from astream.runtime.lead import FirstBatch
+from astream.runtime.lead import FirstBatch, PipeEnd
 from astream.runtime.prefetch import FURTHER, STEP_LOCATE, Lookahead, Prefetcher
 from astream.runtime.reader import ShardOpener, decode_batch
 from astream.runtime.shard_handles import OpenShard, RangeShard
@@ -288,17 +288,24 @@ class Iteration(FirstBatch):
         process starts them at its next batch instead, once this one is collated and handed
         over: its loop thread making its SDK client and starting four streaming downloads
         would otherwise contend for its GIL with the collate and the hand-over (tens of ms on
-        2 cores); the next batch is where it needs them."""
+        2 cores); the next batch is where it needs them. They also wait for the main process
+        to have read the other workers' first batches (``lead.PipeEnd``)."""
         later = False
         try:
             wants = self._range_wants(groups, la, opener)
             handoff = self._lead_take() if la.batches_taken == 1 else None
             with Stopwatch(self._parts().stats):
                 if handoff is not None:
-                    got = self._lead_received(handoff, wants)
+                    got, pipe = self._lead_received(handoff, wants)
                     if got is not None:
                         # nothing of this batch waits for a download (the caller's rule)
                         later = all(s in got for s, _positions, _locals in groups)
+                    if later and pipe is not None:
+                        # and its downloads wait for the other workers' first batches too
+                        pf.gate = PipeEnd(pipe)
+                    elif pipe is not None:
+                        pipe.close()
+                    if got is not None:
                         return got
                 if not wants:
                     return None

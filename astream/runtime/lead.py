@@ -46,6 +46,15 @@ is gone sees the end of the pipe. Each message is written by a daemon thread: a 
 message only when it reaches its first batch, and a message larger than the pipe's buffer waits
 for that.
 
+Downloads after the hand-over: the main process reads the workers' batches one worker after
+the other, and a worker whose whole first batch it handed over starts its downloads at its next
+batch. At that point the main process may still be reading the next workers' batches, and a
+full set of whole-shard GETs at the server slows those reads, and with them the loader's
+second batch. So each pipe stays open until every worker's message is written, and a
+worker's downloads wait for its end
+(:class:`PipeEnd`, at most ``END_WAIT_S``): the loader hands out the other workers' first
+batches before this worker's next one anyway.
+
 Whole shards of the other workers' first batches: shards that must be whole before a sample of
 them is read (Parquet row groups, compressed shards) are announced by worker ``w`` first for
 workers ``0..w-1``'s first batches, then for its own (:meth:`FirstBatch.share_first`), so the
@@ -77,7 +86,7 @@ from astream.runtime.prefetch import Prefetcher
 from astream.runtime.ranges import _RANGE_GETS, RangeReads
 from astream.runtime.shard_handles import RangeShard
 
-__all__ = ["FirstBatch", "LeadEnds", "open_pipes", "send"]
+__all__ = ["END_WAIT_S", "FirstBatch", "LeadEnds", "PipeEnd", "open_pipes", "send"]
 
 Wants = list[tuple[int, list[int]]]
 # shard -> (compact buffer, its offsets from 0, shard sample -> place in the buffer); for a
@@ -88,6 +97,8 @@ Versions = dict[tuple[str, str], str]
 
 _WRITERS: list[Connection] = []  # this process's write ends (closed in a forked child)
 _WAIT_S = 300.0  # at most this long for a message (the main process reads with retries)
+# at most this long for the other workers' first batches before a worker's downloads start
+END_WAIT_S = 5.0
 _PIPE_BYTES = 1 << 20  # the pipe buffer asked for (see _widen)
 
 
@@ -147,13 +158,23 @@ def _widen(conn: Connection) -> None:
         pass  # above this system's limit: the default buffer works, in more steps
 
 
-def send(conn: Connection, wants: Wants, payload: Payload | None, versions: Versions) -> None:
-    """Write one worker's message from a daemon thread (see the module's docstring)."""
+def send(
+    conn: Connection,
+    wants: Wants,
+    payload: Payload | None,
+    versions: Versions,
+    read_all: threading.Event | None = None,
+) -> None:
+    """Write one worker's message from a daemon thread (see the module's docstring), and
+    close the pipe once ``read_all`` is set (every worker's first batch read): the end of the
+    pipe tells the worker so (:class:`PipeEnd`)."""
     data = pickle.dumps((wants, payload, versions), protocol=pickle.HIGHEST_PROTOCOL)
 
     def write() -> None:
         try:
             conn.send_bytes(data)
+            if read_all is not None:
+                read_all.wait()
         except OSError:
             pass  # the worker is gone (or never reached its first batch and exited)
         finally:
@@ -177,9 +198,11 @@ def close_writers(writers: list[Connection]) -> None:
 
 def receive(conn: Connection, ppid: int) -> tuple[Wants, Payload | None, Versions] | None:
     """This worker's message, or None when none comes (the pipe ended, this worker was
-    orphaned, or ``_WAIT_S`` passed). The read end is closed either way. ``ppid`` is the
-    loader's process; a worker started by a forkserver has another parent, whose change
-    (the worker orphaned) is what is watched then."""
+    orphaned, or ``_WAIT_S`` passed). The read end is closed unless a message came: its end
+    then says that the main process has read every worker's first batch (:class:`PipeEnd`).
+    ``ppid`` is the loader's process; a worker started by a forkserver has another parent,
+    whose change (the worker orphaned) is what is watched then."""
+    got: tuple[Wants, Payload | None, Versions] | None = None
     try:
         deadline = time.monotonic() + _WAIT_S
         parent = os.getppid()
@@ -188,12 +211,37 @@ def receive(conn: Connection, ppid: int) -> tuple[Wants, Payload | None, Version
         while not conn.poll(0.5):
             if os.getppid() != parent or time.monotonic() > deadline:
                 return None
-        got: tuple[Wants, Payload | None, Versions] = pickle.loads(conn.recv_bytes())
+        got = pickle.loads(conn.recv_bytes())
         return got
     except (EOFError, OSError, pickle.UnpicklingError):
         return None
     finally:
-        conn.close()
+        if got is None:
+            conn.close()
+
+
+class PipeEnd:
+    """A worker's pipe after its message: its end says that the main process has read every
+    worker's first batch (or is gone). A :class:`~astream.runtime.prefetch.Gate`: a worker
+    whose first batch came whole from the main process holds its downloads on it, so that they
+    do not slow the main process's reads for the next workers at the server; the loader hands
+    those workers' batches out before this worker's next one anyway."""
+
+    def __init__(self, conn: Connection, limit_s: float = END_WAIT_S) -> None:
+        self.conn = conn
+        self.limit_s = limit_s
+
+    def wait(self) -> None:
+        """Until the pipe ends, for at most ``limit_s``; then the read end is closed."""
+        try:
+            self.conn.poll(self.limit_s)  # readable at its end: nothing more is ever sent
+        except OSError:
+            pass
+        finally:
+            self.conn.close()
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 def _after_fork_in_child() -> None:
@@ -278,6 +326,7 @@ class FirstBatch(RangeReads):
         sem = asyncio.Semaphore(_RANGE_GETS)
         sent = [False] * len(per_worker)
         answered = None if under_way is None else under_way.set
+        read_all = threading.Event()  # the pipes end then (see PipeEnd)
         try:
             for w, wants in enumerate(per_worker):
                 got: Payload | None = None
@@ -287,13 +336,15 @@ class FirstBatch(RangeReads):
                 except Exception:
                     got = None
                 sent[w] = True
-                send(writers[w], wants, got, self._versions_of(wants) if got else {})
+                versions = self._versions_of(wants) if got else {}
+                send(writers[w], wants, got, versions, read_all)
         finally:
             if under_way is not None:
                 under_way.set()
             for w, done in enumerate(sent):
                 if not done:  # cancelled (the loop shutting down): no worker waits
                     send(writers[w], per_worker[w], None, {})
+            read_all.set()
 
     def _objects_of(self, wants: Wants) -> list[tuple[tuple[str, str], RemoteShard]]:
         """The remote objects read by ranges for ``wants`` (each shard's data file and, for
@@ -333,19 +384,21 @@ class FirstBatch(RangeReads):
 
     def _lead_received(
         self, handoff: tuple[Any, int], wants: Wants
-    ) -> dict[int, RangeShard] | None:
+    ) -> tuple[dict[int, RangeShard] | None, Connection | None]:
         """The first batch's range shards the main process read for this worker, when it read
-        exactly the samples of ``wants`` of each of their shards (else None: read them here).
-        ``wants`` may lack shards the main process read: a shard completed in the node's cache
-        since the main process planned (another worker's download; this worker's own are held
-        until its first batch) is read from there, and the bytes of the others are used."""
+        exactly the samples of ``wants`` of each of their shards (else None: read them here),
+        and the pipe, still open when a message came (see :class:`PipeEnd`; the caller closes
+        it). ``wants`` may lack shards the main process read: a shard completed in the node's
+        cache since the main process planned (another worker's download; this worker's own are
+        held until its first batch) is read from there, and the bytes of the others are used."""
+        conn = handoff[0]
         msg = receive(*handoff)
         if msg is None:
-            return None
+            return None, None
         theirs, payload, versions = msg
         mine = [(s, [int(x) for x in locals_]) for s, locals_ in wants]
         if payload is None or not mine or not _lead_covers(mine, theirs, payload):
-            return None
+            return None, conn
         parts = self._parts()
         mine_v = parts.fetcher.versions
         how = "the main process read it for this worker's first batch at"
@@ -357,7 +410,7 @@ class FirstBatch(RangeReads):
             mine_v.expect_file(k, one.files.raw_path, one.files.raw_size, one.url())
         out = self._range_shards(parts, {s: payload[s] for s, _ in mine})
         parts.range_samples += sum(len(r.slot) for r in out.values())
-        return out
+        return out, conn
 
 
 def _lead_covers(mine: Wants, theirs: Wants, payload: Any) -> bool:

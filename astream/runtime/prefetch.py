@@ -40,7 +40,7 @@ import concurrent.futures
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -59,6 +59,14 @@ _CHUNK_BATCHES = 64
 _FURTHER_STEP = 16_384
 STEP_DONE, STEP_LOCATE = "done", "locate"  # what Lookahead.step() asks next
 FURTHER = 4  # how many times ``ahead`` a consumer waiting on a download may plan (further())
+
+
+class Gate(Protocol):
+    """What a held prefetcher waits on before its downloads start (see Prefetcher.release)."""
+
+    def wait(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Prefetcher:
@@ -90,6 +98,8 @@ class Prefetcher:
         self._active = 0  # of those, the ones started (past the shard semaphore)
         self._pending: dict[int, concurrent.futures.Future[bool] | asyncio.Future[bool]] = {}
         self._held = False  # see hold()
+        # run by the consumer's release() before held downloads start (see release)
+        self.gate: Gate | None = None
         self.started = False  # a download was wanted (the cache is not hot)
 
     def hold(self, early: int | None = None) -> None:
@@ -103,9 +113,16 @@ class Prefetcher:
             self.early = early
 
     def release(self) -> None:
-        """Give held downloads every slot (idempotent; cheap once released)."""
+        """Give held downloads every slot (idempotent; cheap once released). A ``gate`` set
+        meanwhile runs first, in the caller's thread: a DataLoader worker whose first batch the
+        loader's main process read waits there until the main process has read the other
+        workers' first batches too (``runtime/lead.py``), so that its downloads do not slow
+        theirs at the server."""
         if not self._held:
             return
+        gate, self.gate = self.gate, None
+        if gate is not None:
+            gate.wait()
         self._held = False
         if self._loop is None:
             bridge.get_loop().call_soon_threadsafe(self._open)
@@ -188,6 +205,9 @@ class Prefetcher:
         return busy, busy_b, ready, ready_b
 
     def cancel(self) -> None:
+        gate, self.gate = self.gate, None
+        if gate is not None:
+            gate.close()
         for fut in self._pending.values():
             fut.cancel()
         self._pending.clear()

@@ -416,6 +416,110 @@ def test_worker_downloads_wait_until_its_first_batch_is_handed_over(
     assert min(seen) >= first_end, (min(seen) - first_end, list(times))
 
 
+@pytest.mark.timeout(120)
+def test_worker_downloads_wait_for_the_other_workers_first_batches(
+    s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """Worker 0, its first batch handed over, starts no download while the main process is
+    still reading worker 1's first batch: the sample GETs only worker 1 wants are held at the
+    server, worker 0's batch is out, and no shard GET but the main process's ranges reaches the
+    server until they are let go. Then the epoch completes, byte-equal."""
+    import numpy as np
+
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(big_src)
+    ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "o"), 1)
+    wants = lead_wants(ds)
+    starts: list[set[tuple[str, int]]] = [set(), set()]  # (shard file, first byte) per worker
+    for w in range(2):
+        for s, locals_ in wants[w]:
+            name = ds.catalog.shards[s].raw_key.rsplit("/", 1)[-1]
+            n = ds.catalog.entries[s].samples
+            with open(os.path.join(big_src, name), "rb") as f:
+                offsets = np.frombuffer(f.read(header_size(n)), np.uint32)[1:]
+            starts[w] |= {(name, int(offsets[li])) for li in locals_}
+    only_one = starts[1] - starts[0]
+    assert only_one  # worker 1 has samples of its own to read
+
+    def worker_ones(method: str, path: str, rng: str) -> bool:
+        name = path.rsplit("/", 1)[-1]
+        if not rng.startswith("bytes=") or name not in sizes:
+            return False
+        return (name, int(rng[6:].split("-")[0])) in only_one
+
+    heads = {
+        shard.raw_key.rsplit("/", 1)[-1]: f"bytes=0-{header_size(entry.samples) - 1}"
+        for shard, entry in zip(ds.catalog.shards, ds.catalog.entries)
+    }
+
+    def lead_read(name: str, rng: str) -> bool:
+        """A header or a run of wanted samples: what the main process reads."""
+        if rng == heads[name]:
+            return True
+        if not rng.startswith("bytes="):
+            return False
+        return (name, int(rng[6:].split("-")[0])) in starts[0] | starts[1]
+
+    gate = proxy.hold(worker_ones)
+    proxy.reset_stats()
+    it = iter(StreamingDataLoader(ds, batch_size=BS, num_workers=2))
+    try:
+        first = next(it)  # worker 0's, while worker 1's samples are held
+        assert proxy.stats.held  # the main process is still reading worker 1's batch
+        time.sleep(1.5)  # worker 0 has started its next batch by now
+        held_gets = shard_gets_of(proxy, sizes)
+        assert held_gets and all(lead_read(*g) for g in held_gets), held_gets
+    finally:
+        gate.set()
+    ids = [int(x) for x in first["id"]]
+    assert [bytes(x) for x in first["data"]] == [big(i) for i in ids]
+    for b in it:
+        got = [int(x) for x in b["id"]]
+        assert [bytes(x) for x in b["data"]] == [big(i) for i in got]
+        ids += got
+    assert sorted(ids) == list(range(240))
+    # and the downloads ran once they were let go
+    assert any(not lead_read(*g) for g in shard_gets_of(proxy, sizes))
+
+
+def shard_gets_of(proxy: FaultProxy, sizes: dict[str, int]) -> list[tuple[str, str]]:
+    """(shard file, Range) of every GET of a shard so far, whole downloads included."""
+    return [
+        (path.rsplit("/", 1)[-1], rng)
+        for path, rng in list(proxy.stats.ranges)
+        if path.rsplit("/", 1)[-1] in sizes
+    ]
+
+
+def test_pipe_end_waits_for_the_end_at_most_its_limit() -> None:
+    """A worker's wait for the other workers' first batches ends when the main process closes
+    the pipe, or after ``limit_s`` when it never does; the read end is closed either way."""
+    from astream.runtime.lead import PipeEnd, close_writers, open_pipes
+
+    ends, writers = open_pipes(1)
+    conn = ends.take(0)
+    assert conn is not None
+    try:
+        t0 = time.monotonic()
+        PipeEnd(conn, 0.3).wait()  # the write end stays open: the limit ends the wait
+        waited = time.monotonic() - t0
+        assert 0.25 <= waited < 2.0, waited
+        assert conn.closed
+    finally:
+        close_writers(writers)
+    ends, writers = open_pipes(1)
+    conn = ends.take(0)
+    assert conn is not None
+    timer = threading.Timer(0.2, close_writers, args=(writers,))
+    timer.start()
+    t0 = time.monotonic()
+    PipeEnd(conn, 30.0).wait()  # the main process closes its end after 0.2 s
+    waited = time.monotonic() - t0
+    timer.join()
+    assert 0.15 <= waited < 5.0, waited
+    assert conn.closed
+
+
 def test_pipes_hold_a_whole_batch_in_few_writes() -> None:
     """Each worker's pipe buffer is 1 MiB where the system allows it (not 64 KiB): a 3 MB
     message of image samples then crosses in 3-4 writes instead of ~50."""
