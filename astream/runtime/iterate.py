@@ -289,7 +289,7 @@ class Iteration(FirstBatch):
         over: its loop thread making its SDK client and starting four streaming downloads
         would otherwise contend for its GIL with the collate and the hand-over (tens of ms on
         2 cores); the next batch is where it needs them. They also wait for the main process
-        to have read the other workers' first batches (``lead.PipeEnd``)."""
+        to have read the next worker's first batch (``lead.PipeEnd``)."""
         later = False
         try:
             wants = self._range_wants(groups, la, opener)
@@ -301,7 +301,7 @@ class Iteration(FirstBatch):
                         # nothing of this batch waits for a download (the caller's rule)
                         later = all(s in got for s, _positions, _locals in groups)
                     if later and pipe is not None:
-                        # and its downloads wait for the other workers' first batches too
+                        # and its downloads wait for the next worker's first batch too
                         pf.gate = PipeEnd(pipe)
                     elif pipe is not None:
                         pipe.close()

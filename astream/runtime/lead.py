@@ -48,12 +48,10 @@ for that.
 
 Downloads after the hand-over: the main process reads the workers' batches one worker after
 the other, and a worker whose whole first batch it handed over starts its downloads at its next
-batch. At that point the main process may still be reading the next workers' batches, and a
-full set of whole-shard GETs at the server slows those reads, and with them the loader's
-second batch. So each pipe stays open until every worker's message is written, and a
-worker's downloads wait for its end
-(:class:`PipeEnd`, at most ``END_WAIT_S``): the loader hands out the other workers' first
-batches before this worker's next one anyway.
+batch. At that point the main process may still be reading the next worker's batch, and a full
+set of whole-shard GETs at the server slows that read, and with it the loader's next batch. So
+each pipe stays open until the next worker's message is written too, and a worker's downloads
+wait for its end (:class:`PipeEnd`, at most ``END_WAIT_S``).
 
 Whole shards of the other workers' first batches: shards that must be whole before a sample of
 them is read (Parquet row groups, compressed shards) are announced by worker ``w`` first for
@@ -97,7 +95,7 @@ Versions = dict[tuple[str, str], str]
 
 _WRITERS: list[Connection] = []  # this process's write ends (closed in a forked child)
 _WAIT_S = 300.0  # at most this long for a message (the main process reads with retries)
-# at most this long for the other workers' first batches before a worker's downloads start
+# at most this long for the next worker's first batch before a worker's downloads start
 END_WAIT_S = 5.0
 _PIPE_BYTES = 1 << 20  # the pipe buffer asked for (see _widen)
 
@@ -163,18 +161,18 @@ def send(
     wants: Wants,
     payload: Payload | None,
     versions: Versions,
-    read_all: threading.Event | None = None,
+    end: threading.Event | None = None,
 ) -> None:
     """Write one worker's message from a daemon thread (see the module's docstring), and
-    close the pipe once ``read_all`` is set (every worker's first batch read): the end of the
+    close the pipe once ``end`` is set (the next worker's first batch read): the end of the
     pipe tells the worker so (:class:`PipeEnd`)."""
     data = pickle.dumps((wants, payload, versions), protocol=pickle.HIGHEST_PROTOCOL)
 
     def write() -> None:
         try:
             conn.send_bytes(data)
-            if read_all is not None:
-                read_all.wait()
+            if end is not None:
+                end.wait()
         except OSError:
             pass  # the worker is gone (or never reached its first batch and exited)
         finally:
@@ -199,7 +197,7 @@ def close_writers(writers: list[Connection]) -> None:
 def receive(conn: Connection, ppid: int) -> tuple[Wants, Payload | None, Versions] | None:
     """This worker's message, or None when none comes (the pipe ended, this worker was
     orphaned, or ``_WAIT_S`` passed). The read end is closed unless a message came: its end
-    then says that the main process has read every worker's first batch (:class:`PipeEnd`).
+    then says that the main process has read the next worker's first batch (:class:`PipeEnd`).
     ``ppid`` is the loader's process; a worker started by a forkserver has another parent,
     whose change (the worker orphaned) is what is watched then."""
     got: tuple[Wants, Payload | None, Versions] | None = None
@@ -221,15 +219,16 @@ def receive(conn: Connection, ppid: int) -> tuple[Wants, Payload | None, Version
 
 
 class PipeEnd:
-    """A worker's pipe after its message: its end says that the main process has read every
-    worker's first batch (or is gone). A :class:`~astream.runtime.prefetch.Gate`: a worker
-    whose first batch came whole from the main process holds its downloads on it, so that they
-    do not slow the main process's reads for the next workers at the server; the loader hands
-    those workers' batches out before this worker's next one anyway."""
+    """A worker's pipe after its message: its end says that the main process has read the
+    next worker's first batch too (or is gone). A :class:`~astream.runtime.prefetch.Gate`: a
+    worker whose first batch came whole from the main process holds its downloads on it, so
+    that they do not slow the main process's reads for the next worker, whose batch the loader
+    hands out next. Only the next: with many workers, waiting for all of them would hold each
+    worker's downloads for every later worker's reads."""
 
-    def __init__(self, conn: Connection, limit_s: float = END_WAIT_S) -> None:
+    def __init__(self, conn: Connection, limit_s: float | None = None) -> None:
         self.conn = conn
-        self.limit_s = limit_s
+        self.limit_s = END_WAIT_S if limit_s is None else limit_s
 
     def wait(self) -> None:
         """Until the pipe ends, for at most ``limit_s``; then the read end is closed."""
@@ -326,7 +325,8 @@ class FirstBatch(RangeReads):
         sem = asyncio.Semaphore(_RANGE_GETS)
         sent = [False] * len(per_worker)
         answered = None if under_way is None else under_way.set
-        read_all = threading.Event()  # the pipes end then (see PipeEnd)
+        # worker w's pipe ends once worker w + 1's message is written (see PipeEnd)
+        ends = [threading.Event() for _ in per_worker]
         try:
             for w, wants in enumerate(per_worker):
                 got: Payload | None = None
@@ -337,14 +337,17 @@ class FirstBatch(RangeReads):
                     got = None
                 sent[w] = True
                 versions = self._versions_of(wants) if got else {}
-                send(writers[w], wants, got, versions, read_all)
+                send(writers[w], wants, got, versions, ends[w])
+                if w:
+                    ends[w - 1].set()
         finally:
             if under_way is not None:
                 under_way.set()
             for w, done in enumerate(sent):
                 if not done:  # cancelled (the loop shutting down): no worker waits
                     send(writers[w], per_worker[w], None, {})
-            read_all.set()
+            for end in ends:
+                end.set()
 
     def _objects_of(self, wants: Wants) -> list[tuple[tuple[str, str], RemoteShard]]:
         """The remote objects read by ranges for ``wants`` (each shard's data file and, for

@@ -115,9 +115,9 @@ class Prefetcher:
     def release(self) -> None:
         """Give held downloads every slot (idempotent; cheap once released). A ``gate`` set
         meanwhile runs first, in the caller's thread: a DataLoader worker whose first batch the
-        loader's main process read waits there until the main process has read the other
-        workers' first batches too (``runtime/lead.py``), so that its downloads do not slow
-        theirs at the server."""
+        loader's main process read waits there until the main process has read the next
+        worker's first batch too (``runtime/lead.py``), so that its downloads do not slow that
+        read at the server."""
         if not self._held:
             return
         gate, self.gate = self.gate, None

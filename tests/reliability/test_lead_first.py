@@ -416,70 +416,104 @@ def test_worker_downloads_wait_until_its_first_batch_is_handed_over(
     assert min(seen) >= first_end, (min(seen) - first_end, list(times))
 
 
+class LeadGets:
+    """What the main process reads for each worker's first batch, as the proxy sees it: each
+    worker's sample ranges (shard file, first byte) and every shard's header range."""
+
+    def __init__(self, ds: Any, big_src: str, workers: int) -> None:
+        import numpy as np
+
+        self.starts: list[set[tuple[str, int]]] = [set() for _ in range(workers)]
+        for w, wants in enumerate(lead_wants(ds, workers)):
+            for s, locals_ in wants:
+                name = ds.catalog.shards[s].raw_key.rsplit("/", 1)[-1]
+                n = ds.catalog.entries[s].samples
+                with open(os.path.join(big_src, name), "rb") as f:
+                    offsets = np.frombuffer(f.read(header_size(n)), np.uint32)[1:]
+                self.starts[w] |= {(name, int(offsets[li])) for li in locals_}
+        self.heads = {
+            shard.raw_key.rsplit("/", 1)[-1]: f"bytes=0-{header_size(entry.samples) - 1}"
+            for shard, entry in zip(ds.catalog.shards, ds.catalog.entries)
+        }
+
+    def own(self, w: int) -> set[tuple[str, int]]:
+        """The samples only worker ``w`` reads."""
+        others = set().union(*(x for v, x in enumerate(self.starts) if v != w))
+        return self.starts[w] - others
+
+    def lead_read(self, name: str, rng: str) -> bool:
+        """A header or a run of wanted samples: what the main process reads."""
+        if rng == self.heads[name]:
+            return True
+        return rng.startswith("bytes=") and any(
+            (name, int(rng[6:].split("-")[0])) in x for x in self.starts
+        )
+
+
 @pytest.mark.timeout(120)
-def test_worker_downloads_wait_for_the_other_workers_first_batches(
-    s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+@pytest.mark.parametrize("workers", [2, 3])
+def test_worker_downloads_wait_for_the_next_workers_first_batch(
+    s3_server: Any,
+    s3_big: str,
+    big_src: str,
+    make_proxy: MakeProxy,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    workers: int,
 ) -> None:
     """Worker 0, its first batch handed over, starts no download while the main process is
-    still reading worker 1's first batch: the sample GETs only worker 1 wants are held at the
-    server, worker 0's batch is out, and no shard GET but the main process's ranges reaches the
-    server until they are let go. Then the epoch completes, byte-equal."""
-    import numpy as np
+    still reading worker 1's first batch, and only that one: the sample GETs only the last
+    worker wants are held at the server. With 2 workers no shard GET but the main process's
+    ranges reaches the server while they are held; with 3, once worker 1's batch is out,
+    worker 0's downloads run although worker 2's reads are still held. Then the epoch
+    completes, byte-equal."""
+    import astream.runtime.lead
 
+    # no wait ends on its limit within this test (the forked workers inherit it)
+    monkeypatch.setattr(astream.runtime.lead, "END_WAIT_S", 60.0)
     proxy = make_proxy(s3_server.url)
     sizes = shard_sizes(big_src)
     ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "o"), 1)
-    wants = lead_wants(ds)
-    starts: list[set[tuple[str, int]]] = [set(), set()]  # (shard file, first byte) per worker
-    for w in range(2):
-        for s, locals_ in wants[w]:
-            name = ds.catalog.shards[s].raw_key.rsplit("/", 1)[-1]
-            n = ds.catalog.entries[s].samples
-            with open(os.path.join(big_src, name), "rb") as f:
-                offsets = np.frombuffer(f.read(header_size(n)), np.uint32)[1:]
-            starts[w] |= {(name, int(offsets[li])) for li in locals_}
-    only_one = starts[1] - starts[0]
-    assert only_one  # worker 1 has samples of its own to read
+    lead = LeadGets(ds, big_src, workers)
+    last = lead.own(workers - 1)
+    assert last  # the last worker has samples of its own to read
 
-    def worker_ones(method: str, path: str, rng: str) -> bool:
+    def lasts(method: str, path: str, rng: str) -> bool:
         name = path.rsplit("/", 1)[-1]
         if not rng.startswith("bytes=") or name not in sizes:
             return False
-        return (name, int(rng[6:].split("-")[0])) in only_one
+        return (name, int(rng[6:].split("-")[0])) in last
 
-    heads = {
-        shard.raw_key.rsplit("/", 1)[-1]: f"bytes=0-{header_size(entry.samples) - 1}"
-        for shard, entry in zip(ds.catalog.shards, ds.catalog.entries)
-    }
+    def downloads() -> list[tuple[str, str]]:
+        return [g for g in shard_gets_of(proxy, sizes) if not lead.lead_read(*g)]
 
-    def lead_read(name: str, rng: str) -> bool:
-        """A header or a run of wanted samples: what the main process reads."""
-        if rng == heads[name]:
-            return True
-        if not rng.startswith("bytes="):
-            return False
-        return (name, int(rng[6:].split("-")[0])) in starts[0] | starts[1]
-
-    gate = proxy.hold(worker_ones)
+    gate = proxy.hold(lasts)
     proxy.reset_stats()
-    it = iter(StreamingDataLoader(ds, batch_size=BS, num_workers=2))
+    it = iter(StreamingDataLoader(ds, batch_size=BS, num_workers=workers))
+    out = []
     try:
-        first = next(it)  # worker 0's, while worker 1's samples are held
-        assert proxy.stats.held  # the main process is still reading worker 1's batch
-        time.sleep(1.5)  # worker 0 has started its next batch by now
-        held_gets = shard_gets_of(proxy, sizes)
-        assert held_gets and all(lead_read(*g) for g in held_gets), held_gets
+        # the batches of every worker but the last, while the last one's samples are held
+        out = [next(it) for _ in range(workers - 1)]
+        assert proxy.stats.held  # the main process is still reading the last worker's batch
+        if workers == 2:
+            time.sleep(1.5)  # worker 0 has started its next batch by now
+            assert shard_gets_of(proxy, sizes) and downloads() == []
+        else:
+            deadline = time.monotonic() + 20.0
+            while not downloads() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert downloads()
+            assert proxy.stats.held  # while the last worker's reads are still held
     finally:
         gate.set()
-    ids = [int(x) for x in first["id"]]
-    assert [bytes(x) for x in first["data"]] == [big(i) for i in ids]
-    for b in it:
+    ids: list[int] = []
+    for b in [*out, *it]:
         got = [int(x) for x in b["id"]]
         assert [bytes(x) for x in b["data"]] == [big(i) for i in got]
         ids += got
     assert sorted(ids) == list(range(240))
-    # and the downloads ran once they were let go
-    assert any(not lead_read(*g) for g in shard_gets_of(proxy, sizes))
+    assert downloads()  # and the downloads ran
 
 
 def shard_gets_of(proxy: FaultProxy, sizes: dict[str, int]) -> list[tuple[str, str]]:
@@ -492,7 +526,7 @@ def shard_gets_of(proxy: FaultProxy, sizes: dict[str, int]) -> list[tuple[str, s
 
 
 def test_pipe_end_waits_for_the_end_at_most_its_limit() -> None:
-    """A worker's wait for the other workers' first batches ends when the main process closes
+    """A worker's wait for the next worker's first batch ends when the main process closes
     the pipe, or after ``limit_s`` when it never does; the read end is closed either way."""
     from astream.runtime.lead import PipeEnd, close_writers, open_pipes
 
