@@ -398,10 +398,20 @@ class FirstBatch(RangeReads):
         msg = receive(*handoff)
         if msg is None:
             return None, None
+        try:
+            return self._lead_use(msg, wants), conn
+        except BaseException:
+            conn.close()
+            raise
+
+    def _lead_use(
+        self, msg: tuple[Wants, Payload | None, Versions], wants: Wants
+    ) -> dict[int, RangeShard] | None:
+        """:meth:`_lead_received`'s range shards from the message ``msg``."""
         theirs, payload, versions = msg
         mine = [(s, [int(x) for x in locals_]) for s, locals_ in wants]
         if payload is None or not mine or not _lead_covers(mine, theirs, payload):
-            return None, conn
+            return None
         parts = self._parts()
         mine_v = parts.fetcher.versions
         how = "the main process read it for this worker's first batch at"
@@ -413,7 +423,7 @@ class FirstBatch(RangeReads):
             mine_v.expect_file(k, one.files.raw_path, one.files.raw_size, one.url())
         out = self._range_shards(parts, {s: payload[s] for s, _ in mine})
         parts.range_samples += sum(len(r.slot) for r in out.values())
-        return out, conn
+        return out
 
 
 def _lead_covers(mine: Wants, theirs: Wants, payload: Any) -> bool:
