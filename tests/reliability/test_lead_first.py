@@ -278,30 +278,58 @@ def test_no_get_once_the_iteration_is_over(
         assert bool(range_gets(proxy, sizes)) == expect_bytes
 
 
+class LeadGets:
+    """What the main process reads for each worker's first batch, as the proxy sees it: each
+    worker's sample ranges (shard file, first byte) and every shard's header range."""
+
+    def __init__(self, ds: Any, big_src: str, workers: int) -> None:
+        import numpy as np
+
+        self.starts: list[set[tuple[str, int]]] = [set() for _ in range(workers)]
+        self.names: list[list[str]] = [[] for _ in range(workers)]  # each worker's shard files
+        for w, wants in enumerate(lead_wants(ds, workers)):
+            for s, locals_ in wants:
+                name = ds.catalog.shards[s].raw_key.rsplit("/", 1)[-1]
+                self.names[w].append(name)
+                n = ds.catalog.entries[s].samples
+                with open(os.path.join(big_src, name), "rb") as f:
+                    offsets = np.frombuffer(f.read(header_size(n)), np.uint32)[1:]
+                self.starts[w] |= {(name, int(offsets[li])) for li in locals_}
+        self.heads = {
+            shard.raw_key.rsplit("/", 1)[-1]: f"bytes=0-{header_size(entry.samples) - 1}"
+            for shard, entry in zip(ds.catalog.shards, ds.catalog.entries)
+        }
+
+    def own(self, w: int) -> set[tuple[str, int]]:
+        """The samples only worker ``w`` reads."""
+        others = set().union(*(x for v, x in enumerate(self.starts) if v != w))
+        return self.starts[w] - others
+
+    def lead_read(self, name: str, rng: str) -> bool:
+        """A header or a run of wanted samples: what the main process reads."""
+        if rng == self.heads[name]:
+            return True
+        return rng.startswith("bytes=") and any(
+            (name, int(rng[6:].split("-")[0])) in x for x in self.starts
+        )
+
+
 def test_worker_zero_samples_first(
     s3_server: Any, s3_big: str, big_src: str, make_proxy: MakeProxy, tmp_path: Any
 ) -> None:
     """Worker 0's headers and sample ranges, then worker 1's (its headers not read for worker
     0 and its samples): as they reach the server, none of worker 1's GETs comes before the
     last of worker 0's, and each header is read once."""
-    import numpy as np
-
     proxy = make_proxy(s3_server.url)
     sizes = shard_sizes(big_src)
     ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "o"), 1)
-    plan = ds.plan(0)
-    owner: dict[tuple[str, int], int] = {}  # (shard file, first byte of a sample) -> worker
+    lead = LeadGets(ds, big_src, 2)
+    # (shard file, first byte of a sample) -> the last worker whose batch reads it
+    owner = {k: w for w, starts in enumerate(lead.starts) for k in starts}
     head_of: dict[str, int] = {}  # shard file -> the first worker whose batch reads it
-    for w in range(2):
-        ids = next(iter(plan.worker_batches(World(1, 1, 2), 0, w, 0)))
-        for s, locals_ in ds.engine.lead_wants(ids):
-            name = ds.catalog.shards[s].raw_key.rsplit("/", 1)[-1]
+    for w, names in enumerate(lead.names):
+        for name in names:
             head_of.setdefault(name, w)
-            n = ds.catalog.entries[s].samples
-            with open(os.path.join(big_src, name), "rb") as f:
-                offsets = np.frombuffer(f.read(header_size(n)), np.uint32)[1:]
-            for li in locals_:
-                owner[(name, int(offsets[li]))] = w
     assert set(head_of.values()) == {0, 1}  # worker 1 has a shard of its own (a header to read)
     proxy.reset_stats()
     assert sum(len(b["id"]) for b in StreamingDataLoader(ds, batch_size=BS, num_workers=2)) == 240
@@ -414,40 +442,6 @@ def test_worker_downloads_wait_until_its_first_batch_is_handed_over(
     assert all(times) and seen  # both workers collated; shards were downloaded
     first_end = min(times[1], times[3])
     assert min(seen) >= first_end, (min(seen) - first_end, list(times))
-
-
-class LeadGets:
-    """What the main process reads for each worker's first batch, as the proxy sees it: each
-    worker's sample ranges (shard file, first byte) and every shard's header range."""
-
-    def __init__(self, ds: Any, big_src: str, workers: int) -> None:
-        import numpy as np
-
-        self.starts: list[set[tuple[str, int]]] = [set() for _ in range(workers)]
-        for w, wants in enumerate(lead_wants(ds, workers)):
-            for s, locals_ in wants:
-                name = ds.catalog.shards[s].raw_key.rsplit("/", 1)[-1]
-                n = ds.catalog.entries[s].samples
-                with open(os.path.join(big_src, name), "rb") as f:
-                    offsets = np.frombuffer(f.read(header_size(n)), np.uint32)[1:]
-                self.starts[w] |= {(name, int(offsets[li])) for li in locals_}
-        self.heads = {
-            shard.raw_key.rsplit("/", 1)[-1]: f"bytes=0-{header_size(entry.samples) - 1}"
-            for shard, entry in zip(ds.catalog.shards, ds.catalog.entries)
-        }
-
-    def own(self, w: int) -> set[tuple[str, int]]:
-        """The samples only worker ``w`` reads."""
-        others = set().union(*(x for v, x in enumerate(self.starts) if v != w))
-        return self.starts[w] - others
-
-    def lead_read(self, name: str, rng: str) -> bool:
-        """A header or a run of wanted samples: what the main process reads."""
-        if rng == self.heads[name]:
-            return True
-        return rng.startswith("bytes=") and any(
-            (name, int(rng[6:].split("-")[0])) in x for x in self.starts
-        )
 
 
 @pytest.mark.timeout(120)
