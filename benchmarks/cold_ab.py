@@ -11,7 +11,8 @@ written once with the current tree's writer, uploaded to moto behind the harness
 the spec ``benchmarks.run`` gives the cold case (2 DataLoader workers, batch 32, shuffled).
 While a run lasts, the CPU seconds of the runner, each of its DataLoader workers, moto and the
 proxy are sampled (psutil, every 20 ms): where the epoch's CPU goes on a 2-core machine.
-Writes ``results.json`` (every run) and prints medians.
+Before each run the dirty pages are written back and after it its cache is removed
+(``benchmarks.run.settle_disk``). Writes ``results.json`` (every run) and prints medians.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 
 import psutil
 
+from benchmarks.run import settle_disk
 from benchmarks.servers import GcsEmulator, S3Emulator
 from benchmarks.workloads import WORKLOADS, materialize, shard_bytes
 
@@ -211,6 +213,7 @@ def main() -> None:
                         s3.endpoint,
                         a.shuffle_algo,
                     )
+                    dirty = settle_disk()
                     before = s3.control("stats")
                     p = subprocess.Popen(
                         [sys.executable, "-m", "benchmarks.runners.astream", json.dumps(spec)],
@@ -224,11 +227,13 @@ def main() -> None:
                     out, err = p.communicate()
                     cpu = watch.done()
                     after = s3.control("stats")
-                    res = next(
+                    res: dict[str, Any] = next(
                         (json.loads(x[7:]) for x in out.splitlines() if x.startswith("RESULT ")),
                         {"status": "error", "reason": err[-800:]},
                     )
                     res.update(cpu)
+                    res["dirty_mb_before"] = dirty
+                    shutil.rmtree(cache, ignore_errors=True)  # see settle_disk
                     res["proxy_requests"] = after["requests"] - before["requests"]
                     res["proxy_bytes"] = after["bytes_out"] - before["bytes_out"]
                     rec = {"tree": name, "workload": wl, "rep": rep, **res}

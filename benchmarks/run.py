@@ -12,7 +12,9 @@ Theory of operation
 4. Reading scenarios use each library's own written copy. If astream's writer is unavailable,
    astream reads mosaic's copy (the formats are byte-compatible) and the report says so.
 5. Cold scenarios run against moto behind the measuring proxy (servers.py, proxy.py); each
-   run gets a fresh cache directory and the proxy's counters are read around it.
+   run gets a fresh cache directory, removed again after it, and the proxy's counters are read
+   around it. Before every run the dirty pages are written back (``settle_disk``), so that no
+   run pays for the writes of the runs before it.
 6. results.json keeps median/min/max of every figure; report.py writes report.md and PNGs.
 """
 
@@ -139,6 +141,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def settle_disk() -> float:
+    """Write back every dirty page now, so that a run never pays for the writes of the runs
+    before it (the kernel writes a dirty page back about 30 s after it was written: during
+    some later run); returns the MB that were still dirty or under writeback (/proc/meminfo)."""
+    dirty = 0.0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith(("Dirty:", "Writeback:")):
+                    dirty += int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    os.sync()
+    return dirty
+
+
 class Harness:
     def __init__(self, args: argparse.Namespace) -> None:
         self.a = args
@@ -198,8 +216,14 @@ class Harness:
                 s = self.spec_for(lib, spec)
                 for k in fresh or []:
                     shutil.rmtree(s[k], ignore_errors=True)
+                dirty = settle_disk()
                 before = self.s3.control("stats") if self.s3 and s.get("cold") else None
                 r = self.run_one(lib, s)
+                if "cache" in (fresh or []):
+                    # its cache's pages are never written back in another run (a write's
+                    # output stays: the reading scenarios read it)
+                    shutil.rmtree(s["cache"], ignore_errors=True)
+                r["dirty_mb_before"] = dirty
                 if before is not None and r["status"] == "ok":
                     after = self.s3.control("stats")
                     r["proxy_bytes"] = after["bytes_out"] - before["bytes_out"]

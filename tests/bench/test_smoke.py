@@ -103,3 +103,17 @@ def test_report_markdown_names_every_case(report: Path) -> None:
                 "resume/tokens", "random/tokens/hot", "random/tokens/cold", "scale/1000",
                 "physical/seqread/tokens"):  # fmt: skip
         assert f"| {key} |" in md, key
+
+
+def test_each_cold_run_leaves_no_cache_and_the_written_copy_stays(report: Path) -> None:
+    """The harness removes a cold run's cache after the run (its dirty pages are then never
+    written back during another run) and writes back the dirty pages before each run; the
+    write scenario's output, which every reading scenario reads, is kept."""
+    work = report.parent / "work"
+    assert (work / "data" / "astream" / "tokens" / "index.json").is_file()
+    cache = work / "cache"  # one directory per library and workload: <lib>/<workload>
+    assert sorted(str(p) for p in cache.glob("*/tokens")) == []
+    records = json.loads((report / "results.json").read_text())["records"]
+    cold = [r for r in records if r["key"].startswith(("cold/", "random/tokens/cold"))]
+    assert len(cold) >= 2
+    assert all(r["dirty_mb_before"] >= 0 for r in cold), cold
