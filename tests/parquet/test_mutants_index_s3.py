@@ -108,6 +108,27 @@ def test_cold_without_published_reads_from_the_first_page(
     names = [f"P{i}.parquet" for i in range(9)]
     url = _s3(tmp_path, s3_bucket, names)
     proxy = make_proxy(s3_server.url)
+    lists = [0]
+
+    def later_page(method: str, path: str, rng: str) -> bool:
+        # every listing request after the first waits at the proxy until a footer read has
+        # come in (at most 10 s): the race between the listing and the reads is decided
+        if method != "GET" or path.endswith(".parquet"):
+            return False
+        lists[0] += 1
+        return lists[0] > 1
+
+    gate = proxy.hold(later_page)
+
+    def release_on_a_footer() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(
+            p.endswith(".parquet") for p, _ in list(proxy.stats.ranges)
+        ):
+            time.sleep(0.005)
+        gate.set()
+
+    threading.Thread(target=release_on_a_footer, daemon=True).start()
 
     async def go() -> tuple[ParquetTable, int]:
         store = open_store(url, endpoint_url=proxy.url, list_page_size=3)
@@ -118,6 +139,7 @@ def test_cold_without_published_reads_from_the_first_page(
 
     table, n = asyncio.run(go())
     assert [f.key for f in table.files] == names and n == 9
+    assert len(proxy.stats.held) == 1  # the second page waited (the third came after it)
     order = [p.endswith(".parquet") for p, _ in proxy.stats.ranges]
     assert order.count(False) == 3 and order.count(True) == 9
     last_page = len(order) - 1 - order[::-1].index(False)
