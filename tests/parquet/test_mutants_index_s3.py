@@ -17,6 +17,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -82,6 +83,21 @@ def _s3(tmp_path: Any, s3_bucket: str, names: list[str]) -> str:
     return url
 
 
+def _release_on(proxy: Any, gate: threading.Event, wanted: Callable[[str], bool]) -> None:
+    """From a thread: set ``gate`` once a GET whose path is ``wanted`` has reached ``proxy``,
+    or after 10 s (code that never sends one then fails its test's order assertions)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(
+            wanted(p) for p, _ in list(proxy.stats.ranges)
+        ):
+            time.sleep(0.005)
+        gate.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def test_cold_split_reads_only_the_splits_footers(
     tmp_path: Any, s3_bucket: str, reads: list[str]
 ) -> None:
@@ -118,17 +134,7 @@ def test_cold_without_published_reads_from_the_first_page(
         lists[0] += 1
         return lists[0] > 1
 
-    gate = proxy.hold(later_page)
-
-    def release_on_a_footer() -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not any(
-            p.endswith(".parquet") for p, _ in list(proxy.stats.ranges)
-        ):
-            time.sleep(0.005)
-        gate.set()
-
-    threading.Thread(target=release_on_a_footer, daemon=True).start()
+    _release_on(proxy, proxy.hold(later_page), lambda path: path.endswith(".parquet"))
 
     async def go() -> tuple[ParquetTable, int]:
         store = open_store(url, endpoint_url=proxy.url, list_page_size=3)
@@ -169,17 +175,7 @@ def test_cold_keys_before_the_index_name_are_read_once_it_is_passed(
         lists[0] += 1
         return lists[0] == 3
 
-    gate = proxy.hold(third_page)
-
-    def release() -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if any(p.endswith("/P0.parquet") for p, _ in list(proxy.stats.ranges)):
-                break
-            time.sleep(0.005)
-        gate.set()
-
-    threading.Thread(target=release, daemon=True).start()
+    _release_on(proxy, proxy.hold(third_page), lambda path: path.endswith("/P0.parquet"))
 
     async def go() -> tuple[ParquetTable, int]:
         store = open_store(url, endpoint_url=proxy.url, list_page_size=3)
