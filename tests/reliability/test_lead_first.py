@@ -730,3 +730,29 @@ def test_reads_that_cannot_be_submitted_leave_no_pipe(
         time.sleep(0.1)
     assert pipe_fds() == before
     assert sorted(int(i) for b in ld for i in b["id"]) == list(range(240))
+
+
+def test_a_message_that_cannot_be_used_closes_the_pipe() -> None:
+    """When using the main process's message raises (here a stand-in engine's ``_lead_use``
+    does), the error reaches the caller and the worker's read end is closed then, not left
+    open until the collector finds it."""
+    from astream.runtime.lead import FirstBatch, close_writers, open_pipes, send
+
+    class Refused(Exception):
+        pass
+
+    class Engine:
+        def _lead_use(self, msg: Any, wants: Any) -> Any:
+            raise Refused(msg[0])
+
+    ends, writers = open_pipes(1)
+    conn = ends.take(0)
+    assert conn is not None
+    try:
+        send(writers[0], [(0, [1, 2])], None, {})
+        with pytest.raises(Refused) as e:
+            FirstBatch._lead_received(Engine(), (conn, os.getppid()), [(0, [1, 2])])  # type: ignore[arg-type]
+        assert e.value.args == ([(0, [1, 2])],)  # the message itself came through
+        assert conn.closed
+    finally:
+        close_writers(writers)
