@@ -489,7 +489,12 @@ def test_worker_downloads_wait_for_the_next_workers_first_batch(
     try:
         # the batches of every worker but the last, while the last one's samples are held
         out = [next(it) for _ in range(workers - 1)]
-        assert proxy.stats.held  # the main process is still reading the last worker's batch
+        # the main process is still reading the last worker's batch: its own samples' GETs
+        # reach the proxy and wait there (they may come just after the earlier batches)
+        deadline = time.monotonic() + 20.0
+        while not proxy.stats.held and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proxy.stats.held
         if workers == 2:
             time.sleep(1.5)  # worker 0 has started its next batch by now
             assert shard_gets_of(proxy, sizes) and downloads() == []
