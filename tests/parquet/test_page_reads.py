@@ -13,6 +13,7 @@ import os
 import random
 import re
 import struct
+import threading
 import uuid
 from typing import Any
 
@@ -245,6 +246,33 @@ def _small_gets(proxy: Any, root: str, columns: list[str] | None) -> list[tuple[
     return out
 
 
+def _group_fetch(root: str, columns: list[str] | None) -> Any:
+    """A proxy ``hold`` test for a row group's whole fetch: a GET of one run of its
+    projected column chunks, as ``merge_ranges`` joins them."""
+    runs: dict[str, set[tuple[int, int]]] = {}
+    for name in os.listdir(root):
+        md = pq.ParquetFile(os.path.join(root, name)).metadata
+        got = runs.setdefault(name, set())
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            spans = []
+            for k in range(rg.num_columns):
+                col = rg.column(k)
+                if columns is None or col.path_in_schema.split(".")[0] in columns:
+                    start = col.dictionary_page_offset or col.data_page_offset
+                    spans.append((start, start + col.total_compressed_size))
+            got.update(merge_ranges(spans))
+
+    def match(method: str, path: str, rng: str) -> bool:
+        name = path.rsplit("/", 1)[-1]
+        if method != "GET" or name not in runs or not rng.startswith("bytes="):
+            return False
+        a, b = (int(x) for x in rng[6:].split("-"))
+        return (a, b + 1) in runs[name]
+
+    return match
+
+
 def _served(
     tmp_path: Any, bucket: str, server: Any, make_proxy: Any, paged: bool
 ) -> tuple[str, list[dict[str, Any]], str, Any]:
@@ -277,9 +305,22 @@ def test_first_batches_by_pages(
     off = list(_ds(url, str(tmp_path / "off"), proxy.url, 0, columns=columns))
     assert _small_gets(proxy, root, columns) == []  # whole chunks only
     proxy.reset_stats()
+    # the row groups' whole fetches wait until the first batch is out: a download that beat
+    # the batch (a busy machine) would leave its group nothing to read by pages
+    gate = proxy.hold(_group_fetch(root, columns))
+    timer = threading.Timer(60, gate.set)  # a first batch that waits for them fails, not hangs
+    timer.start()
     ds = _ds(url, str(tmp_path / "on"), proxy.url, 2, columns=columns)
-    on = list(ds)
-    assert ds.engine._parts().range_samples >= 8  # the first batch at least, by pages
+    it = iter(ds)
+    try:
+        on = [next(it) for _ in range(8)]
+        first = ds.engine._parts().range_samples
+    finally:
+        gate.set()
+        timer.cancel()
+    on += list(it)
+    assert first >= 8  # the first batch, by pages
+    assert proxy.stats.held, "no whole fetch was held"
     small = _small_gets(proxy, root, columns)
     assert small, "no page was read"
     assert len(on) == len(off) == len(rows)
