@@ -7,6 +7,7 @@ and yield the same samples, in the same order, as the same iteration reading who
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -15,6 +16,7 @@ import re
 import struct
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -273,6 +275,23 @@ def _group_fetch(root: str, columns: list[str] | None) -> Any:
     return match
 
 
+@contextlib.contextmanager
+def _groups_held(proxy: Any, root: str, columns: list[str] | None) -> Iterator[None]:
+    """The row groups' whole fetches held at the proxy for the block (the first batch is
+    taken in it): a download that beat the first batch, on a busy machine, would leave its
+    group nothing to read by pages. A first batch that waits for them is failed by a timer,
+    not hung; the block must have held one."""
+    gate = proxy.hold(_group_fetch(root, columns))
+    timer = threading.Timer(60, gate.set)
+    timer.start()
+    try:
+        yield
+    finally:
+        gate.set()
+        timer.cancel()
+    assert proxy.stats.held, "no whole fetch was held"
+
+
 def _served(
     tmp_path: Any, bucket: str, server: Any, make_proxy: Any, paged: bool
 ) -> tuple[str, list[dict[str, Any]], str, Any]:
@@ -305,22 +324,13 @@ def test_first_batches_by_pages(
     off = list(_ds(url, str(tmp_path / "off"), proxy.url, 0, columns=columns))
     assert _small_gets(proxy, root, columns) == []  # whole chunks only
     proxy.reset_stats()
-    # the row groups' whole fetches wait until the first batch is out: a download that beat
-    # the batch (a busy machine) would leave its group nothing to read by pages
-    gate = proxy.hold(_group_fetch(root, columns))
-    timer = threading.Timer(60, gate.set)  # a first batch that waits for them fails, not hangs
-    timer.start()
     ds = _ds(url, str(tmp_path / "on"), proxy.url, 2, columns=columns)
     it = iter(ds)
-    try:
+    with _groups_held(proxy, root, columns):
         on = [next(it) for _ in range(8)]
         first = ds.engine._parts().range_samples
-    finally:
-        gate.set()
-        timer.cancel()
     on += list(it)
     assert first >= 8  # the first batch, by pages
-    assert proxy.stats.held, "no whole fetch was held"
     small = _small_gets(proxy, root, columns)
     assert small, "no page was read"
     assert len(on) == len(off) == len(rows)
@@ -434,15 +444,19 @@ def test_aiter_by_pages(s3_bucket: str, s3_server: Any, make_proxy: Any, tmp_pat
     proxy.reset_stats()
     ds = _ds(url, str(tmp_path / "on"), proxy.url, 1, columns=cols)
 
-    async def go() -> list[dict[str, Any]]:
+    async def go() -> tuple[list[dict[str, Any]], int]:
+        it = aiter(ds.aiter(io="loop"))
         try:
-            return [x async for x in ds.aiter(io="loop")]
+            with _groups_held(proxy, root, cols):
+                out = [await anext(it) for _ in range(8)]
+                first = ds.engine._parts().range_samples
+            return out + [x async for x in it], first
         finally:
             await ds.engine.aclose()
 
-    on = asyncio.run(go())
+    on, first = asyncio.run(go())
     assert len(on) == len(off) == len(rows) and all(same(a, b) for a, b in zip(on, off))
-    assert ds.engine._parts().range_samples >= 8 and _small_gets(proxy, root, cols)
+    assert first >= 8 and _small_gets(proxy, root, cols)
 
 
 def test_pages_worth_most_of_a_group_read_it_whole(
@@ -595,9 +609,13 @@ def test_page_reads_through_faults_are_exact(
     # GETs run while the first batch is read)
     proxy.plan("truncate", "reset", "503", "truncate", path="part-1.parquet", rng=page)
     proxy.configure(error_rate=0.1, reset_rate=0.05, truncate_rate=0.05)
-    got = list(ds)
+    it = iter(ds)
+    with _groups_held(proxy, root, None):
+        got = [next(it) for _ in range(8)]
+        first = ds.engine._parts().range_samples
+    got += list(it)
     assert len(got) == len(clean) and all(same(a, b) for a, b in zip(got, clean))
-    assert ds.engine._parts().range_samples >= 8
+    assert first >= 8
     # the first faulted page GETs of part-1 took the planned faults, in order
     planned = [f for f in proxy.stats.faulted if f[0].endswith("/part-1.parquet") and page(f[1])]
     assert [f[2] for f in planned[:4]] == ["truncate", "reset", "503", "truncate"]
