@@ -49,7 +49,7 @@ class Engine(Iteration, RandomAccess):
         keep_zip: bool,
         allow_unsafe_types: bool,
         ahead: int,
-        concurrency: int = 16,
+        concurrency: int | None = None,
         cache_policy: str = "next_use",
         range_first_batches: int = 1,
         ahead_fixed: bool = False,
@@ -64,7 +64,8 @@ class Engine(Iteration, RandomAccess):
         self.allow_unsafe_types = allow_unsafe_types
         self.ahead = ahead
         self.ahead_fixed = ahead_fixed  # ``predownload`` given: never plan past it
-        self.concurrency = concurrency  # shards a prefetcher downloads, and GETs it runs, at once
+        # shards a prefetcher downloads, and GETs it runs, at once (None: ``Iteration.gets``)
+        self.concurrency = concurrency
         # a prefetched object is split into GETs of at least this many bytes (Prefetcher.split)
         self.split_min = 8 << 20
         # a running GET's half handed to a slot that would idle is at least this many bytes

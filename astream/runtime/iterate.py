@@ -35,6 +35,7 @@ from astream.runtime.batch_groups import BatchGroups, Groups
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
 from astream.runtime.lead import FirstBatch, PipeEnd
+from astream.runtime.placement import dataloader_worker
 from astream.runtime.prefetch import FURTHER, STEP_LOCATE, Lookahead, Prefetcher
 from astream.runtime.reader import ShardOpener, decode_batch
 from astream.runtime.shard_handles import OpenShard, RangeShard
@@ -44,6 +45,11 @@ from astream.runtime.tracker import Follow, Tracker
 __all__ = ["Iteration"]
 
 Batches = Iterator[np.ndarray[Any, np.dtype[np.int64]]]
+
+# GETs at once per rank, over the processes that read it, and the fewest per process
+# (``Iteration.gets``): 32 GETs read a rank without workers; two or more workers run 16 each
+RANK_GETS = 32
+PROCESS_GETS = 16
 
 
 class _Run:
@@ -131,6 +137,19 @@ class Iteration(FirstBatch):
                     index[shard.meta.files.raw_path] = s
         return index
 
+    def gets(self) -> int:
+        """The shards this process's prefetcher downloads, and the GETs it runs, at once:
+        ``concurrency`` when set, else ``RANK_GETS`` shared by the processes that read the
+        rank (its DataLoader workers, or the main process alone), and at least
+        ``PROCESS_GETS`` per process. An object store caps each connection's rate, so a rank
+        needs many GETs at once; with several workers each has its own slots, and more per
+        worker only share the CPU the workers and the store already use."""
+        if self.concurrency is not None:
+            return self.concurrency
+        me = dataloader_worker()
+        readers = 1 if me is None else max(1, me[1])
+        return max(PROCESS_GETS, -(-RANK_GETS // readers))
+
     def _start(self, batches: Batches, loop: asyncio.AbstractEventLoop | None = None) -> _Run:
         """The lookahead, prefetcher (downloads on ``loop``; None: the bridge loop), opener
         and next-use tracker of one iteration."""
@@ -140,7 +159,7 @@ class Iteration(FirstBatch):
         pf = Prefetcher(
             self.catalog,
             self.download,
-            concurrency=self.concurrency,
+            concurrency=self.gets(),
             split_min=self.split_min,
             steal_min=self.steal_min,
             loop=loop,

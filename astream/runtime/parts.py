@@ -87,7 +87,7 @@ class EngineBase:
     allow_unsafe_types: bool
     ahead: int
     ahead_fixed: bool  # ``predownload`` given: never plan past it
-    concurrency: int
+    concurrency: int | None  # None: Iteration.gets decides per process
     split_min: int  # see Prefetcher.split
     steal_min: int  # see gets.Slots
     cache_policy: str

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from astream import MDSWriter, StreamingDataLoader, StreamingDataset
 from astream.core.shard import header_size
@@ -42,10 +43,13 @@ def big(i: int) -> bytes:
 
 
 def write_big(
-    path: str, hashes: list[str] | None = None, data: Callable[[int], bytes] = big
+    path: str,
+    hashes: list[str] | None = None,
+    data: Callable[[int], bytes] = big,
+    size_limit: int = SIZE_LIMIT,
 ) -> str:
     cols = {"id": "int", "data": "bytes"}
-    with MDSWriter(out=path, columns=cols, size_limit=SIZE_LIMIT, hashes=hashes) as w:
+    with MDSWriter(out=path, columns=cols, size_limit=size_limit, hashes=hashes) as w:
         for i in range(N):
             w.write({"id": i, "data": data(i)})
     return path
@@ -390,12 +394,12 @@ def test_held_downloads_send_half_their_gets_until_the_ranges_are_read(
 ) -> None:
     """While the first batch reads its ranges, the prefetcher runs at most half its GETs:
     with the first batch's data GETs (and every whole-shard GET) held at the server, exactly
-    8 of the 16 whole-shard GETs arrive, the earliest shards in the order the plan uses them;
-    let go, the epoch's first 48 samples are exact."""
+    16 of the 32 whole-shard GETs (a process without workers) arrive, the earliest shards in
+    the order the plan uses them; let go, the epoch's first 48 samples are exact."""
     proxy = make_proxy(s3_server.url)
     sizes = shard_sizes(big_src)
     ds = dataset(s3_big, s3_opts(proxy), str(tmp_path / "held"), 1, shuffle=False)
-    assert ds.engine.concurrency == 16
+    assert ds.engine.gets() == 32 and len(sizes) > 16
     heads = {
         ds.catalog.shards[s].raw_key.rsplit("/", 1)[-1]: header_size(e.samples)
         for s, e in enumerate(ds.catalog.entries)
@@ -416,20 +420,85 @@ def test_held_downloads_send_half_their_gets_until_the_ranges_are_read(
                     if r == f"bytes=0-{sizes[p.rsplit('/', 1)[-1]] - 1}"]  # fmt: skip
 
         deadline = time.monotonic() + 20
-        while len(wholes()) < 8 and time.monotonic() < deadline:
+        while len(wholes()) < 16 and time.monotonic() < deadline:
             time.sleep(0.02)
-        time.sleep(0.5)  # time for a ninth to arrive, were it sent
-        first_uses = list(dict.fromkeys(
-            ds.catalog.shards[ds.catalog.locate_one(i)[0]].raw_key.rsplit("/", 1)[-1]
-            for i in range(len(ds))
-        ))  # fmt: skip
-        assert sorted(wholes()) == sorted(first_uses[:8])
+        time.sleep(0.5)  # time for a 17th to arrive, were it sent
+        assert sorted(wholes()) == sorted(_first_uses(ds)[:16])
         # the first batch's data GETs wait too: the iteration is still in its first batch
         assert len(proxy.stats.held) > len(wholes()) and not got
     finally:
         gate.set()
         reader.join(60)
     assert pairs(got) == [(i, big(i)) for i in range(48)]
+
+
+def _first_uses(ds: Any) -> list[str]:
+    """The dataset's shard files in the order its iteration first reads them."""
+    return list(dict.fromkeys(
+        ds.catalog.shards[ds.catalog.locate_one(i)[0]].raw_key.rsplit("/", 1)[-1]
+        for i in range(len(ds))
+    ))  # fmt: skip
+
+
+def test_a_process_without_workers_runs_32_downloads_at_once(
+    s3_server: Any, s3_bucket: str, make_proxy: MakeProxy, tmp_path: Any
+) -> None:
+    """A rank read by its main process alone downloads 32 shards at once: with every shard
+    GET held at the server, exactly the 32 shards the plan uses first arrive, each as one
+    whole-shard GET (the prefetcher is not held: no first batch by ranges here); let go, the
+    epoch is exact."""
+    src = write_big(str(tmp_path / "src"), size_limit=90_000)
+    url = f"{s3_bucket}/w0-{uuid.uuid4().hex[:8]}"
+    upload(src, url)
+    proxy = make_proxy(s3_server.url)
+    sizes = shard_sizes(src)
+    assert len(sizes) > 40
+    ds = dataset(url, s3_opts(proxy), str(tmp_path / "w0"), 0, shuffle=False)
+    gate = proxy.hold(lambda method, path, rng: path.rsplit("/", 1)[-1] in sizes)
+    got: list[Any] = []
+    reader = threading.Thread(target=lambda: got.extend(ds))
+    reader.start()
+    try:
+        deadline = time.monotonic() + 20
+        while len(proxy.stats.held) < 32 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # time for a 33rd to arrive, were it sent
+        held = list(proxy.stats.held)
+        assert all(r == f"bytes=0-{sizes[p.rsplit('/', 1)[-1]] - 1}" for p, r in held), held
+        assert sorted(p.rsplit("/", 1)[-1] for p, _ in held) == sorted(_first_uses(ds)[:32])
+    finally:
+        gate.set()
+        reader.join(60)
+    assert pairs(got) == [(i, big(i)) for i in range(N)]
+
+
+def _gets_of(ds: Any) -> int:
+    return int(ds.engine.gets())
+
+
+class _GetsProbe(torch.utils.data.Dataset[int]):
+    """What ``Iteration.gets`` says in each DataLoader worker."""
+
+    def __init__(self, ds: Any) -> None:
+        self.ds = ds
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int) -> int:
+        return _gets_of(self.ds)
+
+
+@pytest.mark.parametrize(("workers", "want"), [(0, 32), (1, 32), (2, 16), (4, 16)])
+def test_a_rank_shares_32_gets_over_its_workers_at_least_16_each(
+    big_src: str, tmp_path: Any, workers: int, want: int
+) -> None:
+    ds = StreamingDataset(local=big_src, batch_size=16)
+    loader = torch.utils.data.DataLoader(_GetsProbe(ds), batch_size=None, num_workers=workers)
+    assert list(loader) == [want] * 6
+    ds.engine.concurrency = 5  # set: every process runs that many
+    loader = torch.utils.data.DataLoader(_GetsProbe(ds), batch_size=None, num_workers=workers)
+    assert list(loader) == [5] * 6
 
 
 def test_fault_in_range_read_retried(
