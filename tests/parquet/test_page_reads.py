@@ -209,22 +209,29 @@ def test_page_decoding_imports_no_pandas(tmp_path: Any) -> None:
 # -- a cold iteration over S3 ---------------------------------------------------------------
 
 
-def _chunk_ranges(root: str, columns: list[str] | None) -> dict[str, set[tuple[int, int]]]:
-    """Per file, the byte ranges of its (projected) column chunks, as a whole-group fetch
-    asks for them."""
-    out: dict[str, set[tuple[int, int]]] = {}
+def _group_chunks(root: str, columns: list[str] | None) -> dict[str, list[list[tuple[int, int]]]]:
+    """Per file, per row group, the byte ranges of its (projected) column chunks."""
+    out: dict[str, list[list[tuple[int, int]]]] = {}
     for name in os.listdir(root):
         md = pq.ParquetFile(os.path.join(root, name)).metadata
-        got = out.setdefault(name, set())
+        groups = out.setdefault(name, [])
         for g in range(md.num_row_groups):
             rg = md.row_group(g)
+            spans = []
             for k in range(rg.num_columns):
                 col = rg.column(k)
                 if columns is not None and col.path_in_schema.split(".")[0] not in columns:
                     continue
                 start = col.dictionary_page_offset or col.data_page_offset
-                got.add((start, start + col.total_compressed_size))
+                spans.append((start, start + col.total_compressed_size))
+            groups.append(spans)
     return out
+
+
+def _chunk_ranges(root: str, columns: list[str] | None) -> dict[str, set[tuple[int, int]]]:
+    """Per file, the byte ranges of its (projected) column chunks, as a whole-group fetch
+    asks for them."""
+    return {n: {r for g in gs for r in g} for n, gs in _group_chunks(root, columns).items()}
 
 
 def _small_gets(proxy: Any, root: str, columns: list[str] | None) -> list[tuple[str, str]]:
@@ -251,19 +258,10 @@ def _small_gets(proxy: Any, root: str, columns: list[str] | None) -> list[tuple[
 def _group_fetch(root: str, columns: list[str] | None) -> Any:
     """A proxy ``hold`` test for a row group's whole fetch: a GET of one run of its
     projected column chunks, as ``merge_ranges`` joins them."""
-    runs: dict[str, set[tuple[int, int]]] = {}
-    for name in os.listdir(root):
-        md = pq.ParquetFile(os.path.join(root, name)).metadata
-        got = runs.setdefault(name, set())
-        for g in range(md.num_row_groups):
-            rg = md.row_group(g)
-            spans = []
-            for k in range(rg.num_columns):
-                col = rg.column(k)
-                if columns is None or col.path_in_schema.split(".")[0] in columns:
-                    start = col.dictionary_page_offset or col.data_page_offset
-                    spans.append((start, start + col.total_compressed_size))
-            got.update(merge_ranges(spans))
+    runs = {
+        n: {r for g in gs for r in merge_ranges(g)}
+        for n, gs in _group_chunks(root, columns).items()
+    }
 
     def match(method: str, path: str, rng: str) -> bool:
         name = path.rsplit("/", 1)[-1]
