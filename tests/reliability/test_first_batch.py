@@ -472,10 +472,6 @@ def test_a_process_without_workers_runs_32_downloads_at_once(
     assert pairs(got) == [(i, big(i)) for i in range(N)]
 
 
-def _gets_of(ds: Any) -> int:
-    return int(ds.engine.gets())
-
-
 class _GetsProbe(torch.utils.data.Dataset[int]):
     """What ``Iteration.gets`` says in each DataLoader worker."""
 
@@ -486,7 +482,7 @@ class _GetsProbe(torch.utils.data.Dataset[int]):
         return 6
 
     def __getitem__(self, i: int) -> int:
-        return _gets_of(self.ds)
+        return int(self.ds.engine.gets())
 
 
 @pytest.mark.parametrize(("workers", "want"), [(0, 32), (1, 32), (2, 16), (4, 16)])
