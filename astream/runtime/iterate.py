@@ -35,7 +35,7 @@ from astream.runtime.batch_groups import BatchGroups, Groups
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
 from astream.runtime.lead import FirstBatch, PipeEnd
-from astream.runtime.placement import dataloader_worker
+from astream.runtime.placement import rank_readers
 from astream.runtime.prefetch import FURTHER, STEP_LOCATE, Lookahead, Prefetcher
 from astream.runtime.reader import ShardOpener, decode_batch
 from astream.runtime.shard_handles import OpenShard, RangeShard
@@ -146,9 +146,7 @@ class Iteration(FirstBatch):
         worker only share the CPU the workers and the store already use."""
         if self.concurrency is not None:
             return self.concurrency
-        me = dataloader_worker()
-        readers = 1 if me is None else max(1, me[1])
-        return max(PROCESS_GETS, -(-RANK_GETS // readers))
+        return max(PROCESS_GETS, -(-RANK_GETS // rank_readers()))
 
     def _start(self, batches: Batches, loop: asyncio.AbstractEventLoop | None = None) -> _Run:
         """The lookahead, prefetcher (downloads on ``loop``; None: the bridge loop), opener

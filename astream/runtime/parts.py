@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from astream.runtime.cache import CacheSpace
 from astream.runtime.catalog import Catalog
 from astream.runtime.fetch import ShardFetcher, Streams
-from astream.runtime.placement import dataloader_worker
+from astream.runtime.placement import rank_readers
 from astream.runtime.range_costs import SampleMemo, StoreCosts
 from astream.runtime.reader import ShardOpener
 from astream.runtime.stats import Stats
@@ -164,8 +164,7 @@ class EngineBase:
         Random access maps what it opens (its own opener has no limit)."""
         if self.map_memory is None:
             return None
-        me = dataloader_worker()
-        return self.map_memory // (me[1] if me is not None and me[1] > 0 else 1)
+        return self.map_memory // rank_readers()
 
     @property
     def stats(self) -> Stats:

@@ -28,6 +28,7 @@ from astream.errors import ConfigError
 __all__ = [
     "Placement",
     "dataloader_worker",
+    "rank_readers",
     "detect",
     "detect_resharding",
     "resharding_error",
@@ -49,6 +50,13 @@ def dataloader_worker() -> tuple[int, int] | None:
         return None
     info = data.get_worker_info()
     return None if info is None else (int(info.id), int(info.num_workers))
+
+
+def rank_readers() -> int:
+    """The processes that read this rank's iteration: its DataLoader's workers, or 1 (the
+    main process alone). A per-rank budget is split among them."""
+    me = dataloader_worker()
+    return me[1] if me is not None and me[1] > 0 else 1
 
 
 def _env_int(name: str) -> int | None:
