@@ -307,9 +307,10 @@ class ShardFetcher:
         store = self.store_for(shard.remote)
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
         try:
+            tag = None
             if streams is not None and shard.ranges is None:
                 parts = even_parts(size, streams.split)
-                slots = streams.slots
+                slots, tag = streams.slots, streams.tag
             else:
                 parts = fixed_parts(shard.ranges or ((0, size),), self.part_size)
                 slots = Slots(self.part_concurrency)
@@ -324,7 +325,7 @@ class ShardFetcher:
             seen: list[str] | None = [] if etag is None else None
             if not parts:
                 return
-            gets = Gets(self.stats, store, key, url, fd, slots, etag, seen, shard.remote)
+            gets = Gets(self.stats, store, key, url, fd, slots, etag, seen, shard.remote, tag)
             try:
                 await gets.run(parts)
             except ObjectChangedError as exc:

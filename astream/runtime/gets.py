@@ -30,17 +30,29 @@ class Slots:
 
     With ``steal_min`` set, a slot that frees while nobody waits for one and no download of the
     prefetcher waits to start (``idle()``) is not left idle: the running GET with the most bytes
-    left gives the second half of them to a new GET in that slot, when that half is at least
+    left, of an object someone waits for (``urgent(tag)`` of its download's ``Streams.tag``),
+    gives the second half of them to a new GET in that slot, when that half is at least
     ``steal_min`` bytes (work stealing). A download's split is decided when it starts; at the
     tail of an epoch the last shards start while many GETs still run, so each gets one GET, and
-    without stealing the slots those running GETs free would idle until the last shard is in."""
+    without stealing the slots those running GETs free would idle until the last shard is in.
+
+    Only a GET someone waits for is split: a split costs a request, and the bytes the cut GET
+    had in flight past its cut are sent for nothing. A download that nobody waits for yet
+    gains nothing from ending sooner, and when the store or the machine, not each connection,
+    bounds the rate, the split only shares that bound among more GETs."""
 
     def __init__(
-        self, n: int, *, steal_min: int = 0, idle: Callable[[], bool] | None = None
+        self,
+        n: int,
+        *,
+        steal_min: int = 0,
+        idle: Callable[[], bool] | None = None,
+        urgent: Callable[[object], bool] | None = None,
     ) -> None:
         self.free = n
         self.steal_min = steal_min  # 0: never split a running GET
         self._idle = idle
+        self._urgent = urgent  # None: every running GET may be split
         self._waiters: deque[asyncio.Future[None]] = deque()
         self.lanes: set[_Lane] = set()  # the running GETs that may be split (steal_min set)
         self.steals = 0  # GETs split so far
@@ -87,11 +99,16 @@ class Slots:
         self.free += 1
 
     def freed(self) -> None:
-        """A GET ended and released its slot: split the longest running GET into it if the
-        slot would idle (see the class)."""
+        """A GET ended and released its slot, or someone began to wait for a download: split
+        the longest running GET of an awaited object into a free slot that would idle (see the
+        class)."""
         if not self.steal_min or not self.lanes or (self._idle is not None and not self._idle()):
             return
-        lane = max(self.lanes, key=_Lane.left)
+        urgent = self._urgent
+        lanes = [x for x in self.lanes if urgent is None or urgent(x.gets.tag)]
+        if not lanes:
+            return
+        lane = max(lanes, key=_Lane.left)
         if lane.left() < 2 * self.steal_min or not self.take():
             return
         self.steals += 1
@@ -107,6 +124,7 @@ class Streams:
 
     split: int
     slots: Slots
+    tag: object = None  # what the slots' ``urgent`` is asked about this object's GETs
 
 
 class Gets:
@@ -125,9 +143,11 @@ class Gets:
         etag: str | None,
         seen: list[str] | None,
         remote: str,
+        tag: object = None,
     ) -> None:
         self.stats, self.store, self.key, self.url, self.fd = stats, store, key, url, fd
         self.slots, self.etag, self.seen, self.remote = slots, etag, seen, remote
+        self.tag = tag  # see Streams.tag
         self.stream = getattr(store, "stream_range", None)
         self.tasks: list[asyncio.Task[None]] = []
         self.stopping = False  # failed or cancelled: none of its GETs is split any more

@@ -184,7 +184,7 @@ class Iteration(FirstBatch):
             # anything waits on one, whichever batch path the consumer is on
             pf.release()
             fut: Any = pf.take(s)
-            with Stopwatch(stats):
+            with Stopwatch(stats), pf.awaiting(s):
                 # while this download runs, every other one that ends frees a slot: fill it
                 # with the plan's next shards (Lookahead.further), then wait again
                 while fut is not None and not fut.done():
@@ -426,10 +426,9 @@ class Iteration(FirstBatch):
                         fut: Any = pf.take(s)
                         if fut is None:
                             ok = False
-                        elif on_loop:
-                            ok = await fut
                         else:
-                            ok = await asyncio.wrap_future(fut)
+                            with pf.awaiting(s):
+                                ok = await (fut if on_loop else asyncio.wrap_future(fut))
                         if not ok:
                             await demand(s)
                         h = await try_open(s)

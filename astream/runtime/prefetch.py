@@ -19,8 +19,11 @@ connections either way; a store that reads the whole object to answer any range 
 is asked once per shard whenever the window holds enough shards.
 
 A split is decided when a download starts, so the last shards of an epoch, started while many
-GETs still ran, get one GET each. When those other GETs end, the slots they free are not left
-idle: each splits the running GET with the most bytes left (``steal_min``, ``gets.Slots``).
+GETs still ran, get one GET each. When those other GETs end while the consumer waits for one of
+those shards (:meth:`Prefetcher.awaiting`), the slots they free are not left idle: each splits
+that shard's running GET with the most bytes left (``steal_min``, ``gets.Slots``). A shard
+nobody waits for yet is never split: ending it sooner gains nothing, and each split costs a
+request and the bytes the cut GET had in flight.
 
 Prefetch downloads never wait for cache room (``block=False``): if the cache is full of pinned
 shards the prefetch is skipped and the consumer fetches on demand when it gets there. Errors of a
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
@@ -97,6 +101,9 @@ class Prefetcher:
         self._unfinished = 0  # downloads wanted and not finished (see split)
         self._active = 0  # of those, the ones started (past the shard semaphore)
         self._pending: dict[int, concurrent.futures.Future[bool] | asyncio.Future[bool]] = {}
+        # shards the consumer waits for now (see awaiting): changed by the consumer's thread,
+        # read by the slots on the loop (a set's add, discard and ``in`` hold the GIL)
+        self._awaited: set[int] = set()
         self._held = False  # see hold()
         # run by the consumer's release() before held downloads start (see release)
         self.gate: Gate | None = None
@@ -145,7 +152,10 @@ class Prefetcher:
                 self._sem = asyncio.Semaphore(self.concurrency)
                 self._short = self.concurrency - self.early if self._held else 0
                 self._slots = Slots(
-                    self.concurrency - self._short, steal_min=self.steal_min, idle=_idle_of(self)
+                    self.concurrency - self._short,
+                    steal_min=self.steal_min,
+                    idle=_idle_of(self),
+                    urgent=self._awaited.__contains__,
                 )
             async with self._sem:
                 self._active += 1
@@ -153,7 +163,7 @@ class Prefetcher:
                     # downloads wanted in the same burst count before the first one splits
                     await asyncio.sleep(0)
                     assert self._slots is not None
-                    return await self._download(s, False, Streams(self.split(s), self._slots))
+                    return await self._download(s, False, Streams(self.split(s), self._slots, s))
                 finally:
                     self._active -= 1
         finally:
@@ -183,6 +193,23 @@ class Prefetcher:
             self._pending[s] = bridge.submit(self._run(s))
         else:
             self._pending[s] = self._loop.create_task(self._run(s))
+
+    @contextlib.contextmanager
+    def awaiting(self, s: int) -> Iterator[None]:
+        """The consumer waits for the download of ``s`` meanwhile: a slot that is free, or
+        frees, while no download waits to start splits one of its running GETs (see
+        ``gets.Slots``). Entered from the consumer's thread or, for ``aiter``, on the loop."""
+        self._awaited.add(s)
+        slots = self._slots
+        if slots is not None and slots.steal_min:  # a slot may be idle already
+            if self._loop is None:
+                bridge.get_loop().call_soon_threadsafe(slots.freed)
+            else:
+                self._loop.call_soon(slots.freed)
+        try:
+            yield
+        finally:
+            self._awaited.discard(s)
 
     def running(self) -> list[concurrent.futures.Future[bool] | asyncio.Future[bool]]:
         """The downloads started or queued and not finished (read by the consumer)."""

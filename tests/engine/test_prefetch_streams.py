@@ -3,7 +3,8 @@ of a prefetcher's downloads share.
 
 The rule is exercised on a prefetcher with a recording download (the shards are plain objects);
 the wiring on a real dataset over moto behind the counting proxy: a lone cold shard is read in
-the GETs the rule gives, which tile it exactly, and every sample comes back.
+the GETs the rule gives, which tile it exactly, and every sample comes back; a running GET is
+split into an idle slot only once the consumer waits for its shard.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import time
 import uuid
 import weakref
 from dataclasses import dataclass
@@ -183,13 +185,15 @@ def two_shards(s3_bucket: str, tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_the_slot_a_finished_shard_frees_splits_the_shard_still_downloading(
     two_shards: str, s3_server: Any, make_proxy: Any, tmp_path: Any
 ) -> None:
-    """An iteration over two cold shards, one GET each: the first shard's GET waits at the
-    server while the second shard comes in, so its freed slot splits the first shard's GET
-    in two. Every sample comes back, from a file tiled by the two GETs."""
+    """An iteration over two cold shards, one GET each in two slots: the first shard's GET
+    waits at the server while the consumer waits for it and the second shard comes in, so
+    the slot that frees splits the first shard's GET in two. Every sample comes back, from a
+    file tiled by the two GETs."""
     proxy = make_proxy(s3_server.url)
     ds = _cold_dataset(two_shards, tmp_path, proxy)
     sizes = [sh.files.raw_size for sh in ds.catalog.shards]
     assert len(sizes) == 2 and sizes[0] > 10 * sizes[1]
+    ds.engine.concurrency = 2
     ds.engine.split_min = sizes[0]  # one GET per shard
     ds.engine.steal_min = 4096
     first = ds.shards[0].raw_data.basename
@@ -201,6 +205,78 @@ def test_the_slot_a_finished_shard_frees_splits_the_shard_still_downloading(
     first_gets = [r for p, r in proxy.stats.ranges if p.endswith(first)]
     assert first_gets[:2] == [whole, f"bytes={sizes[0] // 2}-{sizes[0] - 1}"]
     assert ds.stats.range_requests == len(first_gets) + 1
+
+
+@pytest.fixture(scope="module")
+def two_even_shards(s3_bucket: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """320 samples of 1-2 KB in two shards of about 240 KB each, on the S3 emulator."""
+    return _upload_samples(s3_bucket, tmp_path_factory, 320, 11, size_limit=250_000)
+
+
+@pytest.mark.parametrize("path", ["sync", "aiter-thread", "aiter-loop"])
+def test_a_shard_is_split_only_once_the_consumer_waits_for_it(
+    path: str, two_even_shards: str, s3_server: Any, make_proxy: Any, tmp_path: Any
+) -> None:
+    """Two cold shards, one GET each in two slots, the second shard's GET held at the server.
+    The first shard comes in and frees its slot while the consumer reads it: nobody waits for
+    the second shard yet, so its GET is not split (a split costs a request and the bytes in
+    flight past the cut). Once the consumer needs the second shard, the free slot splits that
+    GET at once: the second half arrives while the first is still held. On the synchronous
+    path and on ``aiter`` (downloads on astream's I/O thread, or on the caller's loop)."""
+    proxy = make_proxy(s3_server.url)
+    ds = _cold_dataset(two_even_shards, tmp_path, proxy)
+    sizes = [sh.files.raw_size for sh in ds.catalog.shards]
+    counts = [sh.samples for sh in ds.shards]
+    assert len(sizes) == 2 and min(sizes) > 100_000, sizes
+    ds.engine.concurrency = 2
+    ds.engine.split_min = max(sizes)  # one GET per shard
+    ds.engine.steal_min = 4096
+    second = ds.shards[1].raw_data.basename
+    whole = f"bytes=0-{sizes[1] - 1}"
+    half = f"bytes={sizes[1] // 2}-{sizes[1] - 1}"
+    gate = proxy.hold(lambda method, path, rng: path.endswith(second) and rng == whole)
+    threading.Timer(30.0, gate.set).start()  # a run that never splits fails, never hangs
+    # whole batches of the first shard only (batch 4): the consumer never asked for the second
+    n_first = counts[0] // 4 * 4 - 4
+    seen_split = threading.Event()
+
+    def second_gets() -> list[str]:
+        return [r for p, r in proxy.stats.ranges if p.endswith(second)]
+
+    def unsplit_until_needed() -> None:
+        assert proxy.stats.held and second_gets() == [whole]
+
+        def watch() -> None:  # the split-off half comes while the first half is held; go on
+            for _ in range(1000):
+                if half in second_gets():
+                    seen_split.set()
+                    break
+                time.sleep(0.01)
+            gate.set()
+
+        threading.Thread(target=watch, daemon=True).start()
+
+    if path == "sync":
+        it = iter(ds)
+        first = [int(next(it)["label"]) for _ in range(n_first)]
+        time.sleep(0.3)  # a split would have been sent when the first shard's slot freed
+        unsplit_until_needed()
+        rest = [int(x["label"]) for x in it]
+    else:
+
+        async def run() -> tuple[list[int], list[int]]:
+            ait = ds.aiter(io=path.split("-")[1])
+            first = [int((await ait.__anext__())["label"]) for _ in range(n_first)]
+            await asyncio.sleep(0.3)  # as above; the downloads' loop may be this one
+            unsplit_until_needed()
+            return first, [int(x["label"]) async for x in ait]
+
+        first, rest = asyncio.run(run())
+    assert first == list(range(n_first))
+    assert seen_split.is_set(), second_gets()
+    assert first + rest == list(range(320))
+    # then each GET of it that ends while the first is held splits what that one has left
+    assert second_gets()[:2] == [whole, half]
 
 
 async def test_held_downloads_run_half_the_slots_until_released(tmp_path: Any) -> None:
