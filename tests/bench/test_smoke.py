@@ -117,3 +117,15 @@ def test_each_cold_run_leaves_no_cache_and_the_written_copy_stays(report: Path) 
     cold = [r for r in records if r["key"].startswith(("cold/", "random/tokens/cold"))]
     assert len(cold) >= 2
     assert all(r["dirty_mb_before"] >= 0 for r in cold), cold
+
+
+def test_a_cold_epoch_counts_what_the_server_sent_before_its_first_batch(report: Path) -> None:
+    """The proxy's counters are read when the dataset is made and when the first batch is in
+    hand: the bytes and requests before the first batch are part of the epoch's, and the
+    first batch needed at least its index and its samples."""
+    records = json.loads((report / "results.json").read_text())["records"]
+    cold = [r for r in records if r["key"] == "cold/tokens/0ms" and r["status"] == "ok"]
+    assert cold
+    for r in cold:
+        assert 0 < r["bytes_before_first_batch"] <= r["proxy_bytes"], r
+        assert 2 <= r["requests_before_first_batch"] <= r["proxy_requests"], r
