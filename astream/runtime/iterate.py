@@ -184,15 +184,17 @@ class Iteration(FirstBatch):
             # anything waits on one, whichever batch path the consumer is on
             pf.release()
             fut: Any = pf.take(s)
-            with Stopwatch(stats), pf.awaiting(s):
-                # while this download runs, every other one that ends frees a slot: fill it
-                # with the plan's next shards (Lookahead.further), then wait again
-                while fut is not None and not fut.done():
-                    la.further()
-                    others: list[Any] = pf.running()  # bridge futures on this path
-                    concurrent.futures.wait(
-                        [fut, *others], return_when=concurrent.futures.FIRST_COMPLETED
-                    )
+            with Stopwatch(stats):
+                if fut is not None and not fut.done():
+                    with pf.awaiting(s):
+                        # while this download runs, every other one that ends frees a slot:
+                        # fill it with the plan's next shards (Lookahead.further), then wait
+                        while not fut.done():
+                            la.further()
+                            others: list[Any] = pf.running()  # bridge futures on this path
+                            concurrent.futures.wait(
+                                [fut, *others], return_when=concurrent.futures.FIRST_COMPLETED
+                            )
                 ok = fut.result() if fut is not None else False
                 if not ok:
                     la.further()
